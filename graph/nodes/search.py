@@ -1,0 +1,190 @@
+"""search: one sub-query's pipeline, a small subgraph the fan-out sends each sub-query into.
+
+web_search runs the provider tool; read_pages reads the best new pages as soon as this sub-query's
+own results are in (never waiting for slower sub-queries), ranks their passages against the
+sub-query with BM25, and returns sources and passages through the parent's reducers. Keeping the
+two steps as nodes shows them in Studio and checkpoints the search before the reading, so a resumed
+run does not pay for a search twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Annotated, Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+
+from graph.llm import elapsed_ms
+from graph.progress import emit
+from graph.settings import ResearchSettings, settings_from
+from graph.state import (Passage, Source, Stats, SubQuery, add_stats, merge_sources,
+                         merge_sub_queries)
+from tools.base import PageContent, SearchHit, SearchProvider, ToolError
+from tools.passages import rank_passages, split_passages
+
+log = logging.getLogger("deep_research.search")
+PASSAGES_PER_PAGE = 4
+READ_MAX_CHARS = 40_000  # enough text for passage ranking; the long tail of a page rarely helps
+_provider_cache: dict[tuple, list[SearchProvider]] = {}
+_inflight: dict[str, asyncio.Future] = {}
+
+
+class QueryState(TypedDict, total=False):
+    sub_query: SubQuery
+    known_keys: list[str]
+    room: int
+    hits: list[dict[str, Any]]
+    # written back to the parent graph
+    sub_queries: Annotated[list[SubQuery], merge_sub_queries]
+    sources: Annotated[list[Source], merge_sources]
+    passages: Annotated[list[Passage], lambda a, b: a + b]
+    stats: Annotated[Stats, add_stats]
+    warnings: Annotated[list[str], lambda a, b: a + b]
+
+
+class QueryOutput(TypedDict, total=False):
+    sub_queries: list[SubQuery]
+    sources: list[Source]
+    passages: list[Passage]
+    stats: Stats
+    warnings: list[str]
+
+
+def search_providers(settings: ResearchSettings) -> list[SearchProvider]:
+    """Providers for this run: injected ones, else built once per provider set and corpus."""
+    if settings._search_providers is not None:
+        return settings._search_providers
+    key = (tuple(settings.providers), settings.corpus)
+    if key not in _provider_cache:
+        from tools.providers import build_providers
+
+        _provider_cache[key] = build_providers(settings.providers, corpus=settings.corpus)
+    return _provider_cache[key]
+
+
+async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> dict:
+    t0 = time.perf_counter()
+    settings = settings_from(runtime.context)
+    sq = state["sub_query"]
+    from tools.lc_tools import web_search_tool
+
+    tool = web_search_tool(search_providers(settings))
+    try:
+        msg = await tool.ainvoke({"type": "tool_call", "id": sq["id"], "name": tool.name, "args": {
+            "query": sq["query"], "max_results": settings.results_per_query,
+            "freshness": settings.freshness, "region": settings.region,
+            "include_domains": settings.include_domains, "exclude_domains": settings.exclude_domains}})
+    except ToolError as e:
+        warning = f"Search failed for '{sq['query']}': {e.message}"
+        return {"hits": [], "warnings": [warning],
+                "sub_queries": [{**sq, "status": "failed", "error": e.message}],
+                "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
+    resp = msg.artifact
+    hits = [h.model_dump() for h in resp.results]
+    emit("reading", f"'{sq['query']}': {len(hits)} results", query_id=sq["id"], hits=len(hits))
+    return {"hits": hits, "warnings": list(resp.warnings),
+            "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
+
+
+async def _read(hit: SearchHit) -> tuple[str, str, str | None]:
+    """(text, title, published_date) of a hit: the provider's full text, else the page itself."""
+    if hit.raw_content:
+        return hit.raw_content, hit.title, hit.published_date
+    page = await _fetch_once(hit.url)
+    if not page.text.strip():
+        raise ToolError(f"no readable text at {hit.url}")
+    return page.text, page.title or hit.title, page.published_date or hit.published_date
+
+
+async def _fetch_once(url: str) -> PageContent:
+    """Read a page; sub-queries of a round that found the same URL at once share one fetch."""
+    from tools.reader import read_page
+
+    fut = _inflight.get(url)
+    if fut is None:
+        fut = _inflight[url] = asyncio.ensure_future(read_page(url, max_chars=READ_MAX_CHARS))
+        fut.add_done_callback(lambda _: _inflight.pop(url, None))
+    return await asyncio.shield(fut)
+
+
+async def read_best(hits: list[SearchHit], want: int) -> tuple[list[tuple[SearchHit, str, str, str | None]], list[str]]:
+    """Read `want` pages concurrently, starting the next candidate whenever a read fails, so one
+    dead link costs one page's latency, not a second round of reads."""
+    queue = list(hits)
+    done: list[tuple[SearchHit, str, str, str | None]] = []
+    errors: list[str] = []
+    running: dict[asyncio.Task, SearchHit] = {}
+
+    def start_next() -> None:
+        if queue:
+            h = queue.pop(0)
+            running[asyncio.ensure_future(_read(h))] = h
+
+    for _ in range(want):
+        start_next()
+    while running:
+        finished, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+        for task in finished:
+            hit = running.pop(task)
+            exc = task.exception()
+            if exc is None:
+                text, title, published = task.result()
+                done.append((hit, text, title, published))
+            else:
+                errors.append(f"{hit.url}: {getattr(exc, 'message', None) or type(exc).__name__}")
+                if len(done) + len(running) < want:
+                    start_next()
+    order = {h.url: i for i, h in enumerate(hits)}
+    done.sort(key=lambda d: order[d[0].url])  # keep the engines' ranking, not arrival order
+    return done, errors
+
+
+async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> dict:
+    t0 = time.perf_counter()
+    settings = settings_from(runtime.context)
+    sq = state["sub_query"]
+    if sq.get("status") == "failed":  # the search failed; web_search already reported it
+        return {}
+    from tools.urls import dedup_key
+
+    known = set(state.get("known_keys", []))
+    fresh: list[SearchHit] = []
+    for raw in state.get("hits", []):
+        hit = SearchHit.model_validate(raw)
+        key = dedup_key(hit.url)
+        if key not in known:
+            known.add(key)
+            fresh.append(hit)
+    want = min(settings.resolved().pages_per_query, max(0, state.get("room", 0)))
+    read, errors = await read_best(fresh, want) if want else ([], [])
+
+    sources: list[Source] = []
+    passages: list[Passage] = []
+    for hit, text, title, published in read:
+        key = dedup_key(hit.url)
+        sources.append({"id": 0, "url": hit.url, "key": key, "title": title, "snippet": hit.content[:400],
+                        "published_date": published, "engine": hit.engine, "query_id": sq["id"],
+                        "read": True, "chars": len(text)})
+        chunks = split_passages(text)
+        for i, score in rank_passages(sq["query"], chunks, PASSAGES_PER_PAGE):
+            passages.append({"key": key, "query_id": sq["id"], "text": chunks[i], "score": round(score, 4)})
+    warnings = [f"Could not read {len(errors)} page(s) for '{sq['query']}' (e.g. {errors[0]})"] if errors else []
+    done: SubQuery = {**sq, "status": "done", "hits": len(state.get("hits", [])),
+                      "new_sources": len(sources), "pages_read": len(sources), "error": None}
+    return {"sources": sources, "passages": passages, "sub_queries": [done], "warnings": warnings,
+            "stats": {"pages_read": len(sources), "page_errors": len(errors),
+                      "stage_ms": {"read": elapsed_ms(t0)}}}
+
+
+def build_query_graph():
+    """The per-sub-query subgraph: web_search -> read_pages."""
+    g = StateGraph(QueryState, context_schema=ResearchSettings, output_schema=QueryOutput)
+    g.add_node("web_search", web_search)
+    g.add_node("read_pages", read_pages)
+    g.add_edge(START, "web_search")
+    g.add_edge("web_search", "read_pages")
+    g.add_edge("read_pages", END)
+    return g.compile(name="search")
