@@ -316,9 +316,11 @@ class FakeWeb:
         self._scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self.scheme = "http"
 
     # --- lifecycle
-    def start(self) -> FakeWeb:
+    def start(self, ssl_context=None) -> FakeWeb:
+        """Serve in a daemon thread; with an `ssl.SSLContext`, serve HTTPS instead."""
         web = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -356,6 +358,9 @@ class FakeWeb:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        if ssl_context is not None:
+            self._httpd.socket = ssl_context.wrap_socket(self._httpd.socket, server_side=True)
+        self.scheme = "https" if ssl_context is not None else "http"
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         return self
 
@@ -371,7 +376,7 @@ class FakeWeb:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     # --- test controls
     def script(self, path: str, *replies: Reply) -> None:
