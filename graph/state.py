@@ -9,9 +9,10 @@ reducer that merges instead of overwriting.
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic (Studio's schemas) rejects typing.TypedDict on 3.11
 
 Status = Literal["complete", "partial", "failed"]
 StopReason = Literal["sufficient", "max_rounds", "token_budget", "time_budget", "source_budget", "no_follow_ups",
