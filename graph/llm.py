@@ -111,7 +111,10 @@ def _json_from_text(text: str) -> Any:
 
 
 def _endpoint_key(model: BaseChatModel) -> tuple:
-    return (type(model).__name__, getattr(model, "model_name", None), str(getattr(model, "openai_api_base", "")))
+    name = getattr(model, "model_name", None)
+    if name:  # the same model on the same endpoint behaves the same across instances
+        return (type(model).__name__, name, str(getattr(model, "openai_api_base", "")))
+    return (type(model).__name__, id(model))
 
 
 def _raise_if_fatal(exc: Exception) -> None:

@@ -133,7 +133,8 @@ class QueryTask(TypedDict):
 
     sub_query: SubQuery
     known_keys: list[str]  # dedup keys already held, so the pipeline reads only new pages
-    room: int  # how many new sources the registry still takes
+    room: int  # how many new sources this task may add
+    run_key: str  # identifies the run, so sibling tasks can claim pages (see nodes/search.py)
 
 
 # -- the result every surface returns ---------------------------------------------------------

@@ -7,7 +7,6 @@ or schedules the follow-up queries as the next round.
 
 from __future__ import annotations
 
-import math
 import time
 
 from langgraph.runtime import Runtime
@@ -32,12 +31,15 @@ def fan_out(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Se
         return "gather"
     sources = state.get("sources", [])
     room = max(0, settings.resolved().max_sources - len(sources))
-    per_task = math.ceil(room / len(pending))
+    # split the room exactly, so parallel tasks together never overshoot max_sources
+    shares = [room // len(pending) + (1 if i < room % len(pending) else 0) for i in range(len(pending))]
     keys = [s["key"] for s in sources]
     scope = settings.resolved()
     emit("searching", f"Searching {len(pending)} queries, round {state.get('round', 1)}/{scope.max_rounds}",
          round=state.get("round", 1), max_rounds=scope.max_rounds, queries=[q["query"] for q in pending])
-    return [Send("search", QueryTask(sub_query=q, known_keys=keys, room=per_task)) for q in pending]
+    run_key = f"{state.get('started_at')}:{state['question'][:80]}"
+    return [Send("search", QueryTask(sub_query=q, known_keys=keys, room=share, run_key=run_key))
+            for q, share in zip(pending, shares)]
 
 
 def gather(state: ResearchState) -> dict:

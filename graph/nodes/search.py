@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -30,13 +31,16 @@ PASSAGES_PER_PAGE = 4
 READ_MAX_CHARS = 40_000  # enough text for passage ranking; the long tail of a page rarely helps
 _provider_cache: dict[tuple, list[SearchProvider]] = {}
 _inflight: dict[str, asyncio.Future] = {}
+_claims: OrderedDict[str, set[str]] = OrderedDict()  # run_key -> page keys a task has claimed
 
 
 class QueryState(TypedDict, total=False):
     sub_query: SubQuery
     known_keys: list[str]
     room: int
+    run_key: str
     hits: list[dict[str, Any]]
+    search_error: str | None
     # written back to the parent graph
     sub_queries: Annotated[list[SubQuery], merge_sub_queries]
     sources: Annotated[list[Source], merge_sources]
@@ -79,7 +83,7 @@ async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
             "include_domains": settings.include_domains, "exclude_domains": settings.exclude_domains}})
     except ToolError as e:
         warning = f"Search failed for '{sq['query']}': {e.message}"
-        return {"hits": [], "warnings": [warning],
+        return {"hits": [], "search_error": e.message, "warnings": [warning],
                 "sub_queries": [{**sq, "status": "failed", "error": e.message}],
                 "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
     resp = msg.artifact
@@ -110,18 +114,40 @@ async def _fetch_once(url: str) -> PageContent:
     return await asyncio.shield(fut)
 
 
-async def read_best(hits: list[SearchHit], want: int) -> tuple[list[tuple[SearchHit, str, str, str | None]], list[str]]:
-    """Read `want` pages concurrently, starting the next candidate whenever a read fails, so one
-    dead link costs one page's latency, not a second round of reads."""
+async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
+                    ) -> tuple[list[tuple[SearchHit, str, str, str | None]], list[str]]:
+    """Read up to `want` pages concurrently, in the engines' order, starting the next candidate
+    whenever a read fails, so one dead link costs one page's latency, not a second wave of reads.
+
+    Parallel sub-queries of a run often find the same URLs. A page is claimed for the run when a
+    task starts reading it; only a task's own claims use its `room` (new registry entries). A page
+    a sibling already claimed may still be read for this sub-query's passages: the fetch is shared
+    and the registry entry is the sibling's.
+    """
+    from tools.urls import dedup_key
+
     queue = list(hits)
+    taken = _claims.setdefault(run_key, set())
+    _claims.move_to_end(run_key)
+    while len(_claims) > 256:  # forget old runs
+        _claims.popitem(last=False)
+    own = 0
     done: list[tuple[SearchHit, str, str, str | None]] = []
     errors: list[str] = []
     running: dict[asyncio.Task, SearchHit] = {}
 
     def start_next() -> None:
-        if queue:
+        nonlocal own
+        while queue:
             h = queue.pop(0)
+            key = dedup_key(h.url)
+            if key not in taken:
+                if own >= room:
+                    continue
+                taken.add(key)
+                own += 1
             running[asyncio.ensure_future(_read(h))] = h
+            return
 
     for _ in range(want):
         start_next()
@@ -146,7 +172,7 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
     t0 = time.perf_counter()
     settings = settings_from(runtime.context)
     sq = state["sub_query"]
-    if sq.get("status") == "failed":  # the search failed; web_search already reported it
+    if state.get("search_error"):  # web_search already reported the failure
         return {}
     from tools.urls import dedup_key
 
@@ -158,8 +184,8 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
         if key not in known:
             known.add(key)
             fresh.append(hit)
-    want = min(settings.resolved().pages_per_query, max(0, state.get("room", 0)))
-    read, errors = await read_best(fresh, want) if want else ([], [])
+    want = settings.resolved().pages_per_query
+    read, errors = await read_best(fresh, want, max(0, state.get("room", 0)), state.get("run_key", ""))
 
     sources: list[Source] = []
     passages: list[Passage] = []
