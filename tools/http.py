@@ -206,7 +206,8 @@ class ApiClient:
 
     def __init__(self, provider: str, base_url: str, settings: ToolSettings, *, key_env: str | None = None,
                  secrets: Iterable[str | None] = (), client: httpx.AsyncClient | None = None,
-                 guard: Guard | None = None, retry: RetryPolicy | None = None):
+                 guard: Guard | None = None, retry: RetryPolicy | None = None,
+                 error_hook: Callable[[httpx.Response], ToolError | None] | None = None):
         self.provider = provider
         self.base_url = base_url.rstrip("/")
         self.settings = settings
@@ -214,6 +215,7 @@ class ApiClient:
         self.secrets = [s for s in secrets if s]
         self._client = client
         self._guard = guard
+        self.error_hook = error_hook  # provider-specific meaning of a status (e.g. SearXNG's 403)
         self.retry = retry or RetryPolicy(settings.retry_attempts, settings.retry_base_delay_s,
                                           settings.retry_max_delay_s)
 
@@ -307,6 +309,8 @@ class ApiClient:
 
     def _error_for(self, resp: httpx.Response) -> ToolError:
         code, p = resp.status_code, self.provider
+        if self.error_hook and (special := self.error_hook(resp)) is not None:
+            return special
         detail = self._detail(resp)
         suffix = f": {detail}" if detail else ""
         if code in (401, 403):
