@@ -76,6 +76,20 @@ class ResearchRun:
                 "max_concurrency": max(4, self.settings.max_concurrency * 2),
                 "recursion_limit": 500}
 
+    @classmethod
+    async def saved(cls, research_id: str, checkpointer: Any, settings: ResearchSettings | None = None,
+                    **kwargs: Any) -> "ResearchRun":
+        """A run rebuilt from its checkpoint (question and settings as they were), ready to resume."""
+        snap = await graph_for(checkpointer).aget_state({"configurable": {"thread_id": research_id}})
+        if not snap.values:
+            raise SettingsError(f"research_id: no saved research {research_id!r}; "
+                                f"check the id (it is printed when a research starts)")
+        values = dict(snap.values)
+        run = cls(values["question"], settings or make_settings(**values.get("settings", {})),
+                  research_id=research_id, checkpointer=checkpointer, **kwargs)
+        run.state = values
+        return run
+
     async def start(self) -> ResearchResult:
         """Run from the question to the report."""
         inp = {"question": self.question, "settings": self.settings.overrides(), "started_at": time.time()}

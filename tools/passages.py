@@ -4,10 +4,15 @@ local corpus against a search. No model weights, no network: ~1 ms a query on th
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 import bm25s
+
+# bm25s sets its own logger to DEBUG on import and logs every index build; keep it quiet unless
+# someone asks for its logs explicitly
+logging.getLogger("bm25s").setLevel(logging.WARNING)
 
 _PARA = re.compile(r"\n\s*\n")
 _WORD = re.compile(r"\w+", re.UNICODE)

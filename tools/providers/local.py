@@ -22,6 +22,7 @@ SUFFIXES = {".md", ".markdown", ".txt", ".html", ".htm"}
 MAX_FILE_BYTES = 5_000_000
 _TAG = re.compile(r"<[^>]+>")
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.S | re.I)
+_HEADING = re.compile(r"^#{1,6}\s.*$", re.M)
 _SCRIPT = re.compile(r"<(script|style)[^>]*>.*?</\1>", re.S | re.I)
 
 
@@ -106,7 +107,8 @@ class LocalProvider(SearchProvider):
         hits = []
         for i, score in best[start:]:
             d = self.documents[i]
-            passages = split_passages(d.text, target_chars=300, max_chars=500)
+            body = _HEADING.sub("", d.text)  # a snippet should be prose, not the title again
+            passages = split_passages(body, target_chars=300, max_chars=500)
             snippet = passages[rank_passages(req.query, passages, 1)[0][0]] if passages else ""
             hits.append(SearchHit(title=d.title, url=d.url, content=snippet, score=round(score, 4),
                                   engine=self.name, published_date=d.published_date,
