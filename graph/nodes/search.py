@@ -75,7 +75,8 @@ async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
     sq = state["sub_query"]
     from tools.lc_tools import web_search_tool
 
-    tool = web_search_tool(search_providers(settings))
+    # off the event loop: a first build reads files (the local provider indexes its corpus)
+    tool = web_search_tool(await asyncio.to_thread(search_providers, settings))
     try:
         msg = await tool.ainvoke({"type": "tool_call", "id": sq["id"], "name": tool.name, "args": {
             "query": sq["query"], "max_results": settings.results_per_query,
