@@ -1,0 +1,394 @@
+"""Researches owned by a server process, not by the call that started them.
+
+A tool call submits a research and waits for it as long as its client will; if the client gives up
+(or asked not to wait) the research runs on and the result is collected later by id. This module
+holds that registry, its admission rules (a cap on concurrent runs, a bounded queue, a per-client
+rate limit) and its lifecycle (resume after a restart, stop at shutdown with progress kept).
+
+LangGraph is imported on the first research, not at import time: a cold MCP server must answer
+`tools/list` quickly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import AliasChoices, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from graph.persistence import RecordStatus, ResearchRecord, ResearchStore, open_checkpointer, open_store
+
+log = logging.getLogger("deep_research.jobs")
+Prepare = Callable[[Any], Any]  # ResearchSettings -> ResearchSettings (tests inject models here)
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class ServerSettings(BaseSettings):
+    """How a server runs researches: admission, waiting, logging, resume. Environment: DEEP_RESEARCH_*."""
+
+    model_config = SettingsConfigDict(env_prefix="DEEP_RESEARCH_", extra="ignore", populate_by_name=True)
+
+    max_concurrent_researches: int = Field(2, ge=1, le=64, description="Researches running at once.")
+    queue_size: int = Field(8, ge=0, le=1000, description="Researches waiting for a slot; more are refused.")
+    rate_limit_calls: int = Field(20, ge=0, description="Researches a client may start per window; 0 = no limit.")
+    rate_limit_window_s: float = Field(600.0, gt=0)
+    wait_timeout_s: float = Field(50.0, ge=0, le=3600, description=(
+        "How long a deep_research call waits before answering 'running' with a research id; "
+        "under the ~60 s after which Claude Desktop and many SDK clients give up."))
+    heartbeat_s: float = Field(5.0, gt=0, le=10, description="Progress notification interval while a stage runs.")
+    log_every_s: float = Field(15.0, gt=0, description="Progress lines on stderr while researches run.")
+    auto_resume: bool | None = Field(None, description=(
+        "Resume interrupted researches at startup. Default: on for HTTP, off for stdio."))
+    shutdown_grace_s: float = Field(6.0, ge=0, le=9)
+    database_url: str | None = Field(None, description="postgresql://... for records and checkpoints.")
+    mcp_token: SecretStr | None = Field(None, description="Bearer token(s) for HTTP, comma-separated.")
+    warm_up: bool = Field(True, description="Import the research graph in the background after startup.")
+
+
+class AdmissionError(Exception):
+    """A research was refused for now; `retry_after` says when trying again makes sense."""
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+
+class UnknownResearch(LookupError):
+    pass
+
+
+class RateLimiter:
+    """At most `calls` per `window_s` per client key (sliding window)."""
+
+    def __init__(self, calls: int, window_s: float):
+        self.calls = calls
+        self.window_s = window_s
+        self._seen: dict[str, deque[float]] = defaultdict(deque)
+
+    def check(self, key: str) -> None:
+        if self.calls <= 0:
+            return
+        now = time.monotonic()
+        seen = self._seen[key]
+        while seen and seen[0] <= now - self.window_s:
+            seen.popleft()
+        if len(seen) >= self.calls:
+            wait = seen[0] + self.window_s - now
+            raise AdmissionError(f"rate limit: {self.calls} researches per {self.window_s:.0f} s for this client; "
+                                 f"retry in {wait:.0f} s", retry_after=round(wait, 1))
+        seen.append(now)
+
+
+@dataclass
+class Job:
+    """One research this process is running (or has queued)."""
+
+    research_id: str
+    question: str
+    overrides: dict[str, Any]
+    status: RecordStatus = "queued"
+    progress: dict[str, Any] = field(default_factory=lambda: {"stage": "queued", "message": "Queued",
+                                                              "ts": time.time()})
+    events: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None  # ResearchResult once finished
+    error: str | None = None
+    started: float = field(default_factory=time.time)
+    task: asyncio.Task | None = None
+    run: Any = None  # graph.runner.ResearchRun once it has a slot
+    stop_reason: str | None = None  # "cancelled" (by a user) or "shutdown"
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    @property
+    def finished(self) -> bool:
+        return self.status not in ("queued", "running", "interrupted") or (
+            self.task is not None and self.task.done())
+
+    @property
+    def elapsed_s(self) -> float:
+        return round(time.time() - self.started, 1)
+
+
+class ResearchJobs:
+    """The registry: submit, wait, status, cancel, resume, shut down."""
+
+    def __init__(self, store: ResearchStore, config: ServerSettings | None = None, *,
+                 prepare: Prepare | None = None, checkpoint_url: str | None = None):
+        self.store = store
+        self.config = config or ServerSettings()
+        self.prepare = prepare
+        self.checkpoint_url = checkpoint_url or self.config.database_url
+        self.jobs: dict[str, Job] = {}
+        self.limiter = RateLimiter(self.config.rate_limit_calls, self.config.rate_limit_window_s)
+        self.closing = False
+        self._slots = asyncio.Semaphore(self.config.max_concurrent_researches)
+        self._stack = AsyncExitStack()
+        self._checkpointer: Any = None
+        self._ck_lock = asyncio.Lock()
+        self._background: set[asyncio.Task] = set()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self, *, auto_resume: bool = False) -> None:
+        """Flag researches a crashed process left running as interrupted; optionally resume them."""
+        stale = await self.store.mark_interrupted()
+        if stale:
+            log.info("%d research(es) were interrupted by the last shutdown: %s", len(stale), ", ".join(stale))
+        self._spawn(self._log_loop())
+        if auto_resume:
+            self._spawn(self.resume_unfinished())
+        elif self.config.warm_up:
+            self._spawn(self._warm_up())
+
+    async def checkpointer(self) -> Any:
+        """The shared checkpointer, opened on first use (it imports LangGraph)."""
+        async with self._ck_lock:
+            if self._checkpointer is None:
+                self._checkpointer = await self._stack.enter_async_context(open_checkpointer(self.checkpoint_url))
+            return self._checkpointer
+
+    async def shutdown(self, grace_s: float | None = None) -> None:
+        """Refuse new work, stop running researches (their finished steps are checkpointed) and
+        mark them interrupted so a later start resumes them."""
+        self.closing = True
+        grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+        live = [j for j in self.jobs.values() if j.task is not None and not j.task.done()]
+        for job in live:
+            job.stop_reason = "shutdown"
+            job.task.cancel()
+        if live:
+            log.info("stopping %d running research(es); they can be resumed later", len(live))
+            await asyncio.wait([j.task for j in live], timeout=grace)
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        await self._stack.aclose()
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    async def _warm_up(self) -> None:
+        # after the first requests had the CPU: import the graph so the first research starts at once
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(__import__, "graph.runner")
+
+    async def _log_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.log_every_s)
+            for job in self.jobs.values():
+                if job.status == "running":
+                    log.info("research %s: %.0f s, %s: %s", job.research_id, job.elapsed_s,
+                             job.progress.get("stage"), job.progress.get("message"))
+
+    # -- submitting --------------------------------------------------------------------------
+
+    def admit(self, client: str) -> None:
+        """Raise AdmissionError when this client may not start another research right now."""
+        if self.closing:
+            raise AdmissionError("the server is shutting down; retry in a few seconds on a fresh connection",
+                                 retry_after=10)
+        active = [j for j in self.jobs.values() if not j.finished]
+        cap = self.config.max_concurrent_researches + self.config.queue_size
+        if len(active) >= cap:
+            wait = 30.0
+            raise AdmissionError(f"busy: {len(active)} researches are running or queued (limit {cap}); "
+                                 f"retry in {wait:.0f} s", retry_after=wait)
+        self.limiter.check(client)
+
+    async def submit(self, question: str, overrides: dict[str, Any], *, client: str = "local") -> Job:
+        """Validate, admit, record and start a research; returns at once."""
+        from graph.runner import new_research_id, validate_question
+        from graph.settings import make_settings
+
+        question = validate_question(question)
+        make_settings(**overrides)  # fail now, with the argument named, not inside the task
+        self.admit(client)
+        rid = new_research_id()
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        await self.store.create(rid, question, clean)
+        return self._launch(Job(rid, question, clean), resume=False)
+
+    async def resume(self, research_id: str, *, client: str = "local") -> Job:
+        """Continue an interrupted research from its last checkpoint (finished ones are returned as is)."""
+        job = self.jobs.get(research_id)
+        if job is not None and not job.finished:
+            return job
+        rec = await self.store.get(research_id)
+        if rec is None:
+            raise UnknownResearch(research_id)
+        if rec.status not in ("interrupted", "queued", "running", "failed"):
+            raise AdmissionError(f"research {research_id} is {rec.status}; only interrupted or failed "
+                                 "researches can be resumed")
+        self.admit(client)
+        await self.store.set_status(research_id, "queued")
+        return self._launch(Job(research_id, rec.question, rec.settings), resume=True)
+
+    async def resume_unfinished(self) -> list[str]:
+        """Resume every interrupted research (at startup when auto-resume is on)."""
+        ids = []
+        for rec in await self.store.list_unfinished():
+            if rec.research_id in self.jobs:
+                continue
+            try:
+                await self.resume(rec.research_id, client="auto-resume")
+                ids.append(rec.research_id)
+            except AdmissionError as e:
+                log.warning("not resuming %s now: %s", rec.research_id, e.message)
+        if ids:
+            log.info("resumed %d interrupted research(es): %s", len(ids), ", ".join(ids))
+        return ids
+
+    def _launch(self, job: Job, *, resume: bool) -> Job:
+        self.jobs[job.research_id] = job
+        job.task = asyncio.ensure_future(self._run(job, resume))
+        return job
+
+    # -- running -----------------------------------------------------------------------------
+
+    async def _run(self, job: Job, resume: bool) -> None:
+        from graph.llm import LLMError
+        from graph.runner import ResearchRun
+        from graph.settings import SettingsError, make_settings
+        from tools.base import ToolError
+
+        status: RecordStatus
+        try:
+            async with self._slots:
+                settings = make_settings(**job.overrides)
+                if self.prepare is not None:
+                    settings = self.prepare(settings)
+                job.run = run = ResearchRun(job.question, settings, research_id=job.research_id,
+                                            checkpointer=await self.checkpointer(),
+                                            on_event=lambda e: self._on_event(job, e))
+                await self._set(job, "running", {"stage": "starting", "message": "Starting", "ts": time.time()})
+                try:
+                    result = await run.resume() if resume else await run.start()
+                except SettingsError as e:
+                    if not resume or "no saved research" not in str(e):
+                        raise
+                    result = await run.start()  # it stopped before its first checkpoint: start over
+            job.result = result
+            status = result.status
+            await self.store.finish(job.research_id, status, result=result.model_dump(mode="json"))
+        except asyncio.CancelledError:
+            if job.stop_reason == "shutdown":
+                status = "interrupted"
+                await asyncio.shield(self.store.finish(job.research_id, status, error="stopped by a server shutdown"))
+                job.error = "stopped by a server shutdown; resume_research continues it"
+            elif job.run is None:
+                status = "cancelled"
+                await asyncio.shield(self.store.finish(job.research_id, status, error="cancelled before it started"))
+                job.error = "cancelled before it started"
+            else:
+                job.result = job.run.partial("cancelled", "cancelled by request; the report uses what was found")
+                status = job.result.status
+                await asyncio.shield(self.store.finish(job.research_id, status,
+                                                       result=job.result.model_dump(mode="json")))
+        except (SettingsError, LLMError, ToolError) as e:
+            status = "failed"
+            job.error = getattr(e, "message", None) or str(e)
+            await self.store.finish(job.research_id, status, error=job.error)
+        except Exception as e:  # never lose the record: keep a readable reason, log the details
+            log.exception("research %s failed", job.research_id)
+            status = "failed"
+            job.error = f"internal error ({e.__class__.__name__}); see the server log"
+            await self.store.finish(job.research_id, status, error=job.error)
+        job.status = status
+        await self._notify(job)
+
+    async def _on_event(self, job: Job, event: dict[str, Any]) -> None:
+        stage_changed = event.get("stage") != job.progress.get("stage")
+        job.events.append(event)
+        job.progress = event
+        await self._notify(job)
+        # the record follows stage changes (not every event) so a busy run does not hammer the database
+        if stage_changed:
+            await self.store.update_progress(job.research_id, _jsonable(event))
+
+    async def _set(self, job: Job, status: RecordStatus, progress: dict[str, Any]) -> None:
+        job.status = status
+        await self._on_event(job, progress)
+        await self.store.set_status(job.research_id, status)
+
+    @staticmethod
+    async def _notify(job: Job) -> None:
+        async with job.changed:
+            job.changed.notify_all()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    async def wait(self, job: Job, timeout: float, on_progress: ProgressCallback | None = None) -> bool:
+        """Wait until the job finishes or `timeout` passes, relaying each progress event and a
+        heartbeat every `heartbeat_s` while nothing happens. True when finished."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            while seen < len(job.events):
+                if on_progress:
+                    await on_progress(job.events[seen])
+                seen += 1
+            if job.finished:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            async with job.changed:
+                if seen < len(job.events) or job.finished:
+                    continue  # it changed while we relayed: no wait, no missed wake-up
+                try:
+                    await asyncio.wait_for(job.changed.wait(), min(left, self.config.heartbeat_s))
+                except TimeoutError:
+                    if on_progress and seen == len(job.events):
+                        stage = job.progress.get("stage", "working")
+                        await on_progress({"stage": stage, "heartbeat": True, "ts": time.time(),
+                                           "message": f"{stage}: still working ({job.elapsed_s:.0f} s)"})
+
+    async def cancel(self, research_id: str) -> Job | ResearchRecord:
+        """Stop a research and keep what it found (status partial, or cancelled when nothing ran)."""
+        job = self.jobs.get(research_id)
+        if job is None or job.finished:
+            rec = await self.lookup(research_id)
+            if isinstance(rec, ResearchRecord) and rec.status == "interrupted":
+                await self.store.finish(research_id, "cancelled", error="cancelled while interrupted")
+                rec = await self.store.get(research_id)
+            return rec
+        job.stop_reason = "cancelled"
+        job.task.cancel()
+        await asyncio.wait([job.task])
+        return job
+
+    async def lookup(self, research_id: str) -> Job | ResearchRecord:
+        """This process's live job, else the stored record."""
+        job = self.jobs.get(research_id)
+        if job is not None:
+            return job
+        rec = await self.store.get(research_id)
+        if rec is None:
+            raise UnknownResearch(research_id)
+        return rec
+
+
+def _jsonable(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if isinstance(v, str | int | float | bool | type(None))}
+
+
+async def open_jobs(config: ServerSettings | None = None, *, prepare: Prepare | None = None,
+                    auto_resume: bool = False) -> tuple[ResearchJobs, AsyncExitStack]:
+    """Open the store and a started registry; close both with `await stack.aclose()`."""
+    config = config or ServerSettings()
+    stack = AsyncExitStack()
+    store = await stack.enter_async_context(open_store(config.database_url))
+    jobs = ResearchJobs(store, config, prepare=prepare)
+    stack.push_async_callback(jobs.shutdown)
+    await jobs.start(auto_resume=auto_resume)
+    return jobs, stack
