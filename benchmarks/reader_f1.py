@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def main() -> None:
           f"{result['f1']:>8.4f}{result['pages']:>7}{result['seconds_per_page']:>9.4f}")
     out_dir = REPO / "benchmarks" / "results"
     out_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_dir / f"reader_f1-{stamp}.json"
     out.write_text(json.dumps({"benchmark": "article_extraction", "trafilatura": trafilatura.__version__,
                                "created": stamp, **result}, indent=2))

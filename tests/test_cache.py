@@ -1,7 +1,6 @@
 """The SQLite TTL cache: real files, expiry, concurrency within a process and across processes."""
 
 import asyncio
-import subprocess
 import sys
 
 from tools.cache import Cache, cache_key, get_cache
@@ -52,8 +51,8 @@ asyncio.run(main())
 
 async def test_concurrent_processes_share_the_file(tmp_path):
     path = tmp_path / "shared.sqlite3"
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(p)]) for p in range(3)]
-    assert [await asyncio.to_thread(p.wait) for p in procs] == [0, 0, 0]
+    procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", WRITER, str(path), str(p)) for p in range(3)]
+    assert [await p.wait() for p in procs] == [0, 0, 0]
     cache = Cache(path)
     for p in range(3):
         assert await cache.get("ns", {"proc": str(p), "i": 49}) == 49

@@ -2,6 +2,7 @@
 
 import asyncio
 import datetime
+import importlib.util
 import ipaddress
 import ssl
 
@@ -260,7 +261,7 @@ def _self_signed(hostname):
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hostname)])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=1))
@@ -312,3 +313,11 @@ def test_extract_is_a_plain_function():
 
 def test_public_ip_constant_is_global():
     assert ipaddress.ip_address(PUBLIC_IP).is_global
+
+
+async def test_render_js_without_playwright_says_how_to_install(web, open_settings):
+    if importlib.util.find_spec("playwright") is not None:
+        pytest.skip("Playwright is installed here")
+    s = open_settings.model_copy(update={"render_js": True})
+    with pytest.raises(ProviderError, match="Playwright is not installed"):
+        await read_page(f"{web.url}/pages/article.html", settings=s)

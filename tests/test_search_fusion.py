@@ -1,7 +1,7 @@
 """Reciprocal rank fusion and the several-providers-at-once path (real providers on the fake APIs)."""
 
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 from tests.fakes.search_apis import API_KEY, Reply, shared_fake_web
 from tools.base import (AuthError, InvalidInput, RateLimitError, SearchHit, SearchMetadata, SearchProvider,
@@ -119,5 +119,5 @@ async def test_deny_rules_apply_to_every_provider(settings):
 async def test_query_validation():
     with pytest.raises(InvalidInput):
         await search_all([], SearchRequest(query="x"))
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="query is empty"):
         SearchRequest(query="   ")

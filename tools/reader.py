@@ -273,7 +273,7 @@ def _unsupported(url: str, what: str) -> ParseError:
 
 # ---------------------------------------------------------------- decoding and extraction
 
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.I)
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9_.:-]+)""", re.IGNORECASE)
 # Browsers read these labels as windows-1252; pages rely on it (curly quotes in "latin-1" pages).
 _HTML_ALIASES = {"iso-8859-1": "cp1252", "latin-1": "cp1252", "latin1": "cp1252", "ascii": "cp1252",
                  "us-ascii": "cp1252", "iso8859-1": "cp1252"}
@@ -292,7 +292,7 @@ def _codec(name: str | None) -> str | None:
 
 def decode(body: bytes, content_type: str = "", *, cut: bool = False) -> str:
     """Text of `body`: the header's charset, then a BOM, then <meta>, then charset-normalizer."""
-    header = re.search(r"charset\s*=\s*[\"']?([^\s;\"']+)", content_type, re.I)
+    header = re.search(r"charset\s*=\s*[\"']?([^\s;\"']+)", content_type, re.IGNORECASE)
     candidates = [_codec(header.group(1)) if header else None]
     for bom, enc in ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16")):
         if body.startswith(bom):
@@ -337,10 +337,10 @@ def classify(content_type: str, body: bytes) -> str | None:
     return None
 
 
-_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.S)
-_TITLE_TAG = re.compile(r"<title[^>]*>(.*?)</title>", re.S | re.I)
-_MD_OPTIONS = dict(output_format="markdown", include_comments=False, include_tables=True, include_formatting=True,
-                   include_links=False, include_images=False)
+_FRONT_MATTER = re.compile(r"\A---\n.*?\n---\n", re.DOTALL)
+_TITLE_TAG = re.compile(r"<title[^>]*>(.*?)</title>", re.DOTALL | re.IGNORECASE)
+_MD_OPTIONS = {"output_format": "markdown", "include_comments": False, "include_tables": True,
+               "include_formatting": True, "include_links": False, "include_images": False}
 
 
 def extract(html: str, url: str | None = None) -> tuple[str, str | None, str]:
@@ -488,9 +488,11 @@ async def read_page(url: str, max_chars: int = 8000, start_char: int = 0, *,
     cache = get_cache(s)
     key = {"url": clean, "render_js": s.render_js}
     cached = await cache.get("page", key) if cache else None
-    if cached:
-        doc = Extracted(**cached)
-    else:
+    try:
+        doc = Extracted(**cached) if isinstance(cached, dict) else None
+    except TypeError:  # written by another version of this code: fetch again
+        doc = None
+    if doc is None:
         doc = await _fetch_and_extract(clean, s, client)
         if cache:
             await cache.set("page", key, doc.__dict__, ttl_s=s.cache_ttl_s)

@@ -56,7 +56,7 @@ def iso_date(value: str | None) -> str | None:
         return None
     value = value.strip()
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00")).date().isoformat()
+        return datetime.fromisoformat(value).date().isoformat()
     except ValueError:
         pass
     for fmt in ("%b %d, %Y", "%d %b %Y", "%B %d, %Y"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
@@ -46,7 +46,7 @@ class ExaProvider(WebSearchProvider):
         body: dict = {"query": req.query, "numResults": min(MAX_RESULTS, skip + req.max_results), "type": "auto",
                       "contents": {"highlights": {"numSentences": 3, "highlightsPerUrl": 2}}}
         if req.freshness:
-            since = datetime.now(timezone.utc) - timedelta(days=_DAYS[req.freshness])
+            since = datetime.now(UTC) - timedelta(days=_DAYS[req.freshness])
             body["startPublishedDate"] = since.strftime("%Y-%m-%dT%H:%M:%S.000Z")
         if req.include_domains:
             body["includeDomains"] = req.include_domains
