@@ -184,3 +184,11 @@ def test_parse_retry_after_forms():
 
 def test_redact():
     assert redact(f"key={SECRET}!", [SECRET, None]) == "key=***!"
+
+
+def test_one_client_works_across_event_loops(web, settings):
+    # A CLI may call asyncio.run more than once with the same provider objects.
+    client, path = make(web, settings)
+    web.script(path, Reply(200, {"n": 1}), Reply(200, {"n": 2}))
+    assert asyncio.run(client.request_json("GET", "/x")) == {"n": 1}
+    assert asyncio.run(client.request_json("GET", "/x")) == {"n": 2}

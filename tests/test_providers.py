@@ -15,6 +15,8 @@ PATHS = {"tavily": "/tavily/search", "serper": "/serper/search", "brave": "/brav
          "exa": "/exa/search", "searxng": "/searxng/search", "openai": "/openai/v1/responses"}
 KEYS = {"tavily_api_key": API_KEY, "serper_api_key": API_KEY, "brave_api_key": API_KEY, "exa_api_key": API_KEY,
         "openai_api_key": API_KEY}
+ENV_VARS = ["TAVILY_API_KEY", "SERPER_API_KEY", "BRAVE_API_KEY", "BRAVE_SEARCH_API_KEY", "EXA_API_KEY",
+            "OPENAI_API_KEY", "SEARXNG_URL", "DEEP_RESEARCH_SEARXNG_URL", "DEEP_RESEARCH_CORPUS"]
 _queries = itertools.count()
 
 
@@ -153,7 +155,9 @@ async def test_deny_rules_refuse_before_any_request(web, settings):
     assert (await build_provider("tavily", settings=s).search(fresh("secret projection methods"))).results
 
 
-def test_registry_names_and_errors(settings, tmp_path):
+def test_registry_names_and_errors(settings, tmp_path, monkeypatch):
+    for var in ENV_VARS:  # a developer's own keys must not change what this test sees
+        monkeypatch.delenv(var, raising=False)
     assert set(PROVIDERS) == {"duckduckgo", "searxng", "tavily", "serper", "brave", "exa", "openai", "local"}
     with pytest.raises(InvalidInput, match="choose from duckduckgo, searxng, tavily"):
         build_provider("bing", settings=settings)

@@ -225,9 +225,8 @@ class ApiClient:
 
     @property
     def guard(self) -> Guard:
-        if self._guard is None:
-            self._guard = guard_for(self.provider, self.base_url, self.settings)
-        return self._guard
+        # Looked up per call, not kept: the guard's primitives belong to the running loop.
+        return self._guard or guard_for(self.provider, self.base_url, self.settings)
 
     async def request_json(self, method: str, path: str, *, headers: dict[str, str] | None = None,
                            params: dict[str, Any] | None = None, json_body: Any = None) -> Any:

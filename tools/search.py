@@ -123,12 +123,13 @@ _PRIORITY = [ErrorKind.VALIDATION, ErrorKind.AUTH, ErrorKind.RATE_LIMIT, ErrorKi
              ErrorKind.PARSE, ErrorKind.UNSAFE_URL]
 
 
-async def search_all(providers: list[SearchProvider], req: SearchRequest) -> SearchResponse:
+async def search_all(providers: list[SearchProvider], req: SearchRequest, *,
+                     settings: ToolSettings | None = None) -> SearchResponse:
     """Run every provider concurrently and fuse what they found; skip (with a warning) those that fail."""
     if not providers:
         raise InvalidInput("no search provider configured: choose at least one (e.g. duckduckgo)")
     req = validate_request(**req.model_dump())  # re-check: callers may have built it with model_construct
-    check_query(req.query, getattr(providers[0], "settings", None))
+    check_query(req.query, settings or next((p.settings for p in providers if hasattr(p, "settings")), None))
     t0 = time.perf_counter()
     outcomes = await asyncio.gather(*(p.run(req) for p in providers), return_exceptions=True)
     answers: list[SearchResponse] = []
