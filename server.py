@@ -469,7 +469,7 @@ def setup_logging(debug: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     if not debug:
-        for noisy in ("httpx", "httpcore", "mcp", "uvicorn.access", "aiosqlite"):
+        for noisy in ("httpx", "httpx2", "httpcore", "mcp", "uvicorn.access", "aiosqlite"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

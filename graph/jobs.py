@@ -211,12 +211,29 @@ class ResearchJobs:
         from graph.settings import make_settings
 
         question = validate_question(question)
-        make_settings(**overrides)  # fail now, with the argument named, not inside the task
+        settings = make_settings(**overrides)  # fail now, with the argument named, not inside the task
+        self._check_providers(settings)
         self.admit(client)
         rid = new_research_id()
         clean = {k: v for k, v in overrides.items() if v is not None}
         await self.store.create(rid, question, clean)
         return self._launch(Job(rid, question, clean), resume=False)
+
+    def _check_providers(self, settings: Any) -> None:
+        """Unknown names and missing keys fail the call, not every search of the run."""
+        from graph.settings import SettingsError
+        from tools.base import ToolError
+        from tools.providers import PROVIDERS, build_provider
+
+        for name in settings.providers:
+            if name not in PROVIDERS:
+                raise SettingsError(f"providers: unknown search provider {name!r}; choose from "
+                                    f"{', '.join(PROVIDERS)}")
+            if self.prepare is None and name != "local":  # constructing one checks its key, no I/O
+                try:
+                    build_provider(name)
+                except ToolError as e:
+                    raise SettingsError(f"providers: {e.message}") from None
 
     async def resume(self, research_id: str, *, client: str = "local") -> Job:
         """Continue an interrupted research from its last checkpoint (finished ones are returned as is)."""
