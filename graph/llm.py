@@ -117,18 +117,32 @@ def _endpoint_key(model: BaseChatModel) -> tuple:
     return (type(model).__name__, id(model))
 
 
+_KEYLIKE = re.compile(r"\b(sk|pk|key|tok)[-_][A-Za-z0-9_\-]{6,}\b|\bBearer\s+\S+", re.I)
+
+
+def safe_text(text: str) -> str:
+    """Error text as a server sent it, minus our key and anything shaped like a key: some
+    endpoints echo the key they refused."""
+    from tools.http import redact
+
+    return _KEYLIKE.sub("***", redact(text, [api_key()]))
+
+
 def _raise_if_fatal(exc: Exception) -> None:
     """Auth, unknown model and unreachable endpoints are not fixed by another output method."""
-    name = type(exc).__name__
-    if name in {"AuthenticationError", "PermissionDeniedError"}:
+    import openai
+
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
         raise LLMError("The model endpoint refused the API key: check OPENAI_API_KEY "
                        "(or DEEP_RESEARCH_API_KEY) for this endpoint.") from None
-    if name == "NotFoundError" and "model" in str(exc).lower():
-        raise LLMError("The endpoint does not know this model: check DEEP_RESEARCH_MODEL "
-                       "(or the per-stage *_MODEL settings).") from None
-    if name in {"APIConnectionError", "ConnectError"}:
-        raise LLMError("Could not reach the model endpoint: check OPENAI_BASE_URL and that the "
-                       "server is running.") from None
+    if isinstance(exc, openai.NotFoundError):
+        raise LLMError("The endpoint does not know this model (or this URL is not an OpenAI-compatible "
+                       "API): check DEEP_RESEARCH_MODEL, the per-stage *_MODEL settings and "
+                       "OPENAI_BASE_URL.") from None
+    if isinstance(exc, openai.APIConnectionError):  # includes timeouts
+        what = "timed out" if isinstance(exc, openai.APITimeoutError) else "could not be reached"
+        raise LLMError(f"The model endpoint {what}: check OPENAI_BASE_URL and that the server is "
+                       f"running (timeout: DEEP_RESEARCH_LLM_TIMEOUT_S).") from None
 
 
 async def structured(model: BaseChatModel, schema: type[M], messages: list[BaseMessage],
@@ -143,13 +157,13 @@ async def structured(model: BaseChatModel, schema: type[M], messages: list[BaseM
         try:
             result = await _attempt(model, schema, messages, method, usage, prompt_chars)
         except (ValidationError, ValueError, json.JSONDecodeError, NotImplementedError, TypeError) as e:
-            errors.append(f"{method}: {str(e).splitlines()[0][:160]}")
+            errors.append(f"{method}: {safe_text(str(e).splitlines()[0][:160] if str(e) else type(e).__name__)}")
             continue
         except LLMError:
             raise
         except Exception as e:  # a server that rejects the request shape (400) for this method
             _raise_if_fatal(e)
-            errors.append(f"{method}: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+            errors.append(f"{method}: {type(e).__name__}: {safe_text(str(e).splitlines()[0][:160]) if str(e) else ''}")
             continue
         if first != method:
             if first is not None or method != METHODS[0]:
