@@ -108,6 +108,13 @@ async def test_oversized_body_is_cut_and_marked(web, open_settings):
     assert last.truncated  # the window reaches the end, but the page itself went on
 
 
+async def test_oversized_pdf_is_refused_before_download(web, open_settings):
+    s = open_settings.model_copy(update={"max_page_bytes": 10_000})
+    with pytest.raises(ParseError, match="the PDF is larger than 10000 bytes"):
+        await read_page(f"{web.url}/pages/big.pdf", settings=s)
+    assert "Big" in (await read_page(f"{web.url}/pages/big.pdf", settings=open_settings)).text
+
+
 async def test_windowing_reads_a_long_page_in_parts(web, open_settings):
     url = f"{web.url}/pages/long.html"
     whole = await read_page(url, max_chars=200_000, settings=open_settings)

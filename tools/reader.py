@@ -261,6 +261,10 @@ async def fetch(client: httpx.AsyncClient, url: str, settings: ToolSettings) -> 
             if mime.startswith(_REFUSED_PREFIXES) or mime in {"application/zip", "application/gzip",
                                                              "application/x-tar", "application/x-7z-compressed"}:
                 raise _unsupported(current, mime)  # refuse before downloading it
+            length = resp.headers.get("content-length", "")
+            if mime == "application/pdf" and length.isdigit() and int(length) > settings.max_page_bytes:
+                raise ParseError(f"cannot read {current}: the PDF is larger than {settings.max_page_bytes} bytes "
+                                 "(DEEP_RESEARCH_MAX_PAGE_BYTES)", provider="reader")
             body, cut = await _read_capped(resp, settings.max_page_bytes)
             return Fetched(str(resp.url), ctype, body, cut)
     raise ProviderError(f"{url} redirected more than {settings.max_redirects} times", provider="reader")
@@ -460,7 +464,8 @@ def window(doc: Extracted, url: str, start_char: int, max_chars: int) -> PageCon
     start = min(start_char, total)
     end = min(start + max_chars, total)
     if end < total:
-        space = text.rfind(" ", start + max_chars // 2, end)  # do not cut a word in half
+        lo = start + max_chars // 2  # do not cut a word in half
+        space = max(text.rfind(" ", lo, end), text.rfind("\n", lo, end))
         end = space + 1 if space > start else end
     more = end < total or (doc.cut and start < total)
     return PageContent(url=url, final_url=doc.final_url, title=doc.title, published_date=doc.published_date,

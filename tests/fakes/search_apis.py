@@ -271,6 +271,8 @@ def pages(req: Recorded, base: str) -> Reply:
     if name == "doc.pdf":
         return Reply(200, make_pdf(["Annual report 2024", "Revenue grew by twelve percent.",
                                     "The board approved a dividend."]), {"Content-Type": "application/pdf"})
+    if name == "big.pdf":  # a real PDF padded past small size caps (a trailing comment)
+        return Reply(200, make_pdf(["Big"]) + b"%" + b"x" * 50_000 + b"\n", {"Content-Type": "application/pdf"})
     if name == "notes.md":
         return Reply(200, "# Notes\n\n- first point\n- second point\n", {"Content-Type": "text/markdown"})
     if name == "data.json":
