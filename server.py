@@ -572,11 +572,18 @@ async def _serve_http(args: argparse.Namespace, config: ServerSettings, tokens: 
 
     app = HttpGuard(Starlette(routes=[Mount("/", app=mcp_app)], lifespan=lifespan), tokens, origins)
 
+    loop = asyncio.get_running_loop()
+
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
-            if not jobs.closing:  # stop researches first, so open tool calls answer and close
-                asyncio.get_event_loop().call_soon_threadsafe(lambda: asyncio.ensure_future(jobs.shutdown()))
-            super().handle_exit(sig, frame)
+            # uvicorn's own handler re-raises the signal after a clean stop (exit status -15) and
+            # ignores a second SIGTERM; we exit 0 after a graceful stop and at once on a second signal
+            if self.should_exit:
+                os._exit(128 + sig)
+            log.info("received %s: stopping (send it again to exit at once)", signal.Signals(sig).name)
+            self.should_exit = True
+            # stop researches first, so open tool calls answer and their streams close
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(jobs.shutdown()))
 
     uv = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                timeout_graceful_shutdown=int(config.shutdown_grace_s) + 2, lifespan="on"))

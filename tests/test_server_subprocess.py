@@ -1,0 +1,160 @@
+"""The server as clients run it: a stdio subprocess and a Streamable HTTP subprocess, fully offline
+(a local OpenAI-compatible server on 127.0.0.1 and the shipped corpus through the local provider)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.mcp_helpers import QUESTION, ROOT, http_server, server_env
+
+pytestmark = pytest.mark.slow
+TOKEN = "test-token-5f1d2c9a"
+
+
+@pytest.fixture(scope="module")
+def llm():
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("server-data")
+
+
+def stdio_params(env: dict[str, str]) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=[str(ROOT / "server.py")], env=env, cwd=str(ROOT))
+
+
+@contextlib.asynccontextmanager
+async def http_client(url: str, token: str | None = TOKEN, mode: str = "auto"):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60, read=120)) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as c:
+            yield c
+
+
+async def test_stdio_end_to_end_and_resources_after_restart(llm, data_dir):
+    env = server_env(llm.base_url, data_dir)
+    messages: list[str] = []
+
+    async def on_progress(progress, total, message):
+        messages.append(message)
+
+    async with Client(stdio_params(env)) as c:
+        tools = (await c.list_tools()).tools
+        assert {t.name for t in tools} >= {"deep_research", "web_search", "read_page", "research_status"}
+        r = await c.call_tool("deep_research", {"question": QUESTION, "depth": "quick"},
+                              progress_callback=on_progress)
+        out = r.structured_content
+        assert out["status"] == "complete" and "[1]" in out["report"], r.content[0].text
+        assert messages[0] == "Starting" and messages[-1].startswith("Report ready")
+        search = await c.call_tool("web_search", {"query": "heat pump cold climate", "max_results": 2})
+        assert [h["engine"] for h in search.structured_content["results"]] == ["local", "local"]
+    assert {c["schema"] for c in llm.calls} >= {"Plan", "Extraction"}  # the model was reached over HTTP
+    # a new process reads the same research back from the SQLite files
+    async with Client(stdio_params(env), mode="legacy") as c:
+        uris = {str(x.uri) for x in (await c.list_resources()).resources}
+        assert f"research://{out['research_id']}" in uris
+        text = (await c.read_resource(f"research://{out['research_id']}/report")).contents[0].text
+    assert text == out["report"]
+
+
+@pytest.fixture(scope="module")
+def http_url(llm, data_dir, tmp_path_factory):
+    env = server_env(llm.base_url, data_dir, DEEP_RESEARCH_MCP_TOKEN=TOKEN)
+    log = tmp_path_factory.mktemp("logs") / "http.log"
+    with http_server(env, log=log) as (_, base):
+        yield base + "/mcp"
+    assert TOKEN not in log.read_text()  # the token is never logged
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_http_start_now_collect_later(http_url, mode):
+    async with http_client(http_url, mode=mode) as c:
+        assert len((await c.list_tools()).tools) == 6
+        r = await c.call_tool("deep_research", {"question": QUESTION, "depth": "quick", "wait": False})
+        rid = r.structured_content["research_id"]
+        assert r.structured_content["status"] in ("queued", "running")
+    # a new connection (the first one dropped) collects the result
+    async with http_client(http_url, mode=mode) as c:
+        r = await c.call_tool("research_status", {"research_id": rid, "wait_s": 30})
+    assert r.structured_content["status"] == "complete" and r.structured_content["report"]
+
+
+async def test_http_refuses_missing_or_wrong_token_and_bad_origin(http_url):
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    base_headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    async with httpx.AsyncClient(timeout=10) as http:
+        r = await http.post(http_url, json=body, headers=base_headers)
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        r = await http.post(http_url, json=body, headers={**base_headers, "authorization": "Bearer wrong"})
+        assert r.status_code == 401
+        r = await http.post(http_url, json=body, headers={**base_headers, "authorization": f"Bearer {TOKEN}",
+                                                          "origin": "https://evil.example"})
+        assert r.status_code == 403
+        r = await http.post(http_url, json=body, headers={**base_headers, "authorization": f"Bearer {TOKEN}",
+                                                          "host": "evil.example"})
+        assert r.status_code == 421  # the SDK's Host check (DNS rebinding)
+        health = await http.get(http_url.removesuffix("/mcp") + "/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "ok"
+    with pytest.raises(Exception):
+        async with http_client(http_url, token=None) as c:
+            await c.list_tools()
+
+
+def test_refuses_a_public_address_without_a_token(llm, tmp_path):
+    env = server_env(llm.base_url, tmp_path)
+    p = subprocess.run([sys.executable, str(ROOT / "server.py"), "--transport", "http", "--host", "0.0.0.0"],
+                       env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "DEEP_RESEARCH_MCP_TOKEN" in p.stderr
+
+
+async def test_stateless_http(llm, tmp_path):
+    env = server_env(llm.base_url, tmp_path)
+    with http_server(env, "--stateless") as (_, base):
+        async with http_client(base + "/mcp", token=None) as c:
+            r = await c.call_tool("web_search", {"query": "heat pump installation", "max_results": 3})
+    assert not r.is_error and len(r.structured_content["results"]) == 3
+
+
+async def test_sigterm_interrupts_then_restart_resumes(tmp_path):
+    slow = FakeOpenAI(latency_s=0.4).start()
+    try:
+        env = server_env(slow.base_url, tmp_path)
+        log = tmp_path / "server.log"
+        with http_server(env, log=log) as (proc, base):
+            async with http_client(base + "/mcp", token=None) as c:
+                rid = (await c.call_tool("deep_research", {"question": QUESTION, "depth": "quick",
+                                                           "wait": False})).structured_content["research_id"]
+                for _ in range(300):  # until the model has been asked something: money was spent
+                    if slow.calls:
+                        break
+                    await asyncio.sleep(0.05)
+                assert slow.calls
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=15)
+            stopped_in = time.monotonic() - t0
+        assert code == 0 and stopped_in < 10, log.read_text()[-2000:]
+        assert "interrupted" in log.read_text() or "stopping" in log.read_text()
+        # the HTTP transport resumes interrupted researches at startup by default
+        with http_server(env, log=log) as (_, base):
+            async with http_client(base + "/mcp", token=None) as c:
+                r = await c.call_tool("research_status", {"research_id": rid, "wait_s": 45})
+        assert r.structured_content["status"] == "complete", r.structured_content
+    finally:
+        slow.stop()
