@@ -182,3 +182,11 @@ def test_brave_key_alias(monkeypatch, tmp_path):
     monkeypatch.delenv("BRAVE_API_KEY", raising=False)
     monkeypatch.setenv("BRAVE_SEARCH_API_KEY", "from-alias")
     assert ToolSettings(data_dir=tmp_path).brave_api_key.get_secret_value() == "from-alias"
+
+
+def test_citing_passage_keeps_inline_link_text_and_drops_citation_markers():
+    from tools.providers.openai import citing_passage
+
+    text = "Intro.\n\nAccording to [Reuters](https://r.com), rates rose. ([ft.com](https://ft.com/x))\n\nNext."
+    start = text.index("([")
+    assert citing_passage(text, start, start + 5) == "According to Reuters, rates rose."

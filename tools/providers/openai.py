@@ -18,7 +18,8 @@ from tools.http import ApiClient
 from tools.providers._base import WebSearchProvider, parse, region_parts, require_key
 from tools.settings import ToolSettings
 
-_LINK = re.compile(r"\(?\[([^\]]*)\]\([^)]*\)\)?")
+_CITATION = re.compile(r"\s*\(\[[^\]]*\]\([^)]*\)\)")  # "([site](url))" after a claim: drop it
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # an inline [text](url): keep the text
 _WINDOW = {"day": "the last 24 hours", "week": "the last week", "month": "the last month", "year": "the last year"}
 
 
@@ -60,7 +61,7 @@ def citing_passage(text: str, start: int, end: int) -> str:
     lo = text.rfind("\n\n", 0, start)
     hi = text.find("\n\n", end)
     passage = text[lo + 2 if lo >= 0 else 0: hi if hi >= 0 else len(text)]
-    return " ".join(_LINK.sub("", passage).split())
+    return " ".join(_LINK.sub(r"\1", _CITATION.sub("", passage)).split())
 
 
 def hits_from_output(answer: _Answer) -> list[SearchHit]:
