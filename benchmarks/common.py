@@ -60,6 +60,7 @@ class Instrument:
     search_latency: float
     page_latency: float
     sufficient: bool
+    nodelay: bool = False
     procs: list[subprocess.Popen] = field(default_factory=list, repr=False)
 
     @property
@@ -90,6 +91,18 @@ class Instrument:
     def search_requests(self) -> list[dict[str, Any]]:
         return read_jsonl(self.search_log)
 
+    def settle(self, quiet_s: float = 0.05, limit_s: float = 2.0) -> None:
+        """Wait until both logs stop growing: a server logs a request after sending its response,
+        so the client can hold the answer a moment before the line is written."""
+        deadline = time.monotonic() + limit_s
+        last = None
+        while time.monotonic() < deadline:
+            size = tuple(p.stat().st_size if p.exists() else 0 for p in (self.llm_log, self.search_log))
+            if size == last:
+                return
+            last = size
+            time.sleep(quiet_s)
+
     def reset_logs(self) -> None:
         """Start both logs afresh (between runs on the same servers)."""
         for p in (self.llm_log, self.search_log):
@@ -97,11 +110,22 @@ class Instrument:
 
     def settings(self) -> dict[str, Any]:
         return {"llm_latency_s": self.llm_latency, "search_latency_s": self.search_latency,
-                "page_latency_s": self.page_latency, "sufficient": self.sufficient}
+                "page_latency_s": self.page_latency, "sufficient": self.sufficient,
+                "tcp_nodelay": self.nodelay}
 
 
-def _spawn(script: Path, args: Sequence[str], log: Path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, str(script), "--port", "0", "--log", str(log), *args],
+# Runs an instrument script unchanged except that its server sockets set TCP_NODELAY (the stdlib's
+# own switch for it). The stdlib server writes a response's headers and body in two sends; without
+# TCP_NODELAY the body waits for the client's delayed ACK (40 ms on Linux) on a kept-alive
+# connection. Production servers (uvicorn, Go, nginx) set TCP_NODELAY, so this is the instrument
+# with a production-like transport; the default remains the instrument exactly as the peers met it.
+_NODELAY_LAUNCHER = ("import runpy, socketserver, sys; socketserver.StreamRequestHandler.disable_nagle_algorithm = True; "
+                     "script = sys.argv.pop(1); sys.argv[0] = script; runpy.run_path(script, run_name='__main__')")
+
+
+def _spawn(script: Path, args: Sequence[str], log: Path, nodelay: bool = False) -> tuple[subprocess.Popen, int]:
+    launcher = ["-c", _NODELAY_LAUNCHER] if nodelay else []
+    proc = subprocess.Popen([sys.executable, *launcher, str(script), "--port", "0", "--log", str(log), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("PORT "):
@@ -114,11 +138,13 @@ def _spawn(script: Path, args: Sequence[str], log: Path) -> tuple[subprocess.Pop
 @contextlib.contextmanager
 def start_instrument(bench_dir: str | Path | None = None, llm_latency: float = 0.5,
                      search_latency: float = 0.3, page_latency: float = 0.3, sufficient: bool = False,
-                     tps: float = 0.0, log_dir: str | Path | None = None) -> Iterator[Instrument]:
+                     tps: float = 0.0, log_dir: str | Path | None = None,
+                     nodelay: bool = False) -> Iterator[Instrument]:
     """Start fakellm and fakesearch on free 127.0.0.1 ports; stop them on exit.
 
     Yields an Instrument with the ports, base URLs and log paths. `sufficient=False` makes every
-    "is it sufficient?" answer no, so research loops run to their round limit.
+    "is it sufficient?" answer no, so research loops run to their round limit. `nodelay=True` gives
+    the servers a production-like transport (TCP_NODELAY; see _NODELAY_LAUNCHER).
     """
     bench = find_bench_dir(bench_dir)
     with contextlib.ExitStack() as stack:
@@ -131,14 +157,15 @@ def start_instrument(bench_dir: str | Path | None = None, llm_latency: float = 0
         procs: list[subprocess.Popen] = []
         try:
             llm, llm_port = _spawn(bench / "fakellm.py", ["--latency", str(llm_latency), "--tps", str(tps),
-                                                          "--sufficient", str(sufficient).lower()], llm_log)
+                                                          "--sufficient", str(sufficient).lower()], llm_log,
+                                   nodelay)
             procs.append(llm)
             search, search_port = _spawn(bench / "fakesearch.py", ["--latency", str(search_latency),
                                                                    "--page-latency", str(page_latency)],
-                                         search_log)
+                                         search_log, nodelay)
             procs.append(search)
             yield Instrument(bench, llm_port, search_port, llm_log, search_log, llm_latency,
-                             search_latency, page_latency, sufficient, procs)
+                             search_latency, page_latency, sufficient, nodelay, procs)
         finally:
             for p in procs:
                 p.terminate()
