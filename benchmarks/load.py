@@ -96,14 +96,17 @@ class ServerProcess:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server.py exited with {self.proc.returncode}; see {self.log}")
+                raise RuntimeError(f"server.py exited with {self.proc.returncode}:\n{self.tail()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        raise RuntimeError(f"server.py did not answer /healthz within {limit_s:.0f} s; see {self.log}")
+        raise RuntimeError(f"server.py did not answer /healthz within {limit_s:.0f} s:\n{self.tail()}")
+
+    def tail(self, lines: int = 20) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the server has used so far, from /proc/<pid>/stat."""
@@ -314,7 +317,7 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
             lone = Call(-2, QUESTIONS[1] + " (alone)")
             await one_research(server.url, lone, opts.depth, 120)
             if lone.status != "complete":
-                raise RuntimeError(f"a lone research did not complete ({lone.status}: {lone.error}); see {server.log}")
+                raise RuntimeError(f"a lone research did not complete ({lone.status}: {lone.error}):\n{server.tail()}")
             chain = critical_path(inst.llm_calls() + inst.search_requests())
             baseline = server.memory()
             cpu0 = server.cpu_s()
@@ -469,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--researches, --concurrency and --max-running must be at least 1; --queue-size at least 0")
     try:
         result = asyncio.run(run(opts))
-    except InstrumentMissing as e:
+    except (InstrumentMissing, RuntimeError) as e:
         print(f"load: {e}", file=sys.stderr)
         return 2
     report(result)
