@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -29,6 +30,9 @@ M = TypeVar("M", bound=BaseModel)
 METHODS = ("json_schema", "function_calling", "json_text")
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _models: dict[tuple, BaseChatModel] = {}
+# with_structured_output rebuilds the JSON schema on every call (~4 ms of CPU, which adds up under
+# load); the value holds the model itself so its id cannot be reused while the entry lives
+_runnables: OrderedDict[tuple, tuple[BaseChatModel, Any]] = OrderedDict()
 _working_method: dict[tuple, str] = {}
 
 
@@ -173,11 +177,23 @@ async def structured(model: BaseChatModel, schema: type[M], messages: list[BaseM
     raise LLMError(f"The model gave no valid {schema.__name__} by any method ({'; '.join(errors)}).")
 
 
+def _structured_runnable(model: BaseChatModel, schema: type[BaseModel], method: str) -> Any:
+    key = (id(model), schema, method)
+    hit = _runnables.get(key)
+    if hit is not None and hit[0] is model:
+        _runnables.move_to_end(key)
+        return hit[1]
+    runnable = model.with_structured_output(schema, method=method, include_raw=True)
+    _runnables[key] = (model, runnable)
+    while len(_runnables) > 256:
+        _runnables.popitem(last=False)
+    return runnable
+
+
 async def _attempt(model: BaseChatModel, schema: type[M], messages: list[BaseMessage], method: str,
                    usage: Usage, prompt_chars: int) -> M:
     if method != "json_text":
-        runnable = model.with_structured_output(schema, method=method, include_raw=True)
-        out = await runnable.ainvoke(messages)
+        out = await _structured_runnable(model, schema, method).ainvoke(messages)
         usage.add(out.get("raw"), prompt_chars)
         if out.get("parsing_error") is not None or out.get("parsed") is None:
             # reasoning models may wrap JSON in <think>: one more chance from the raw text

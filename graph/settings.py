@@ -11,10 +11,11 @@ graph/llm.py when a model is built, so it never travels in a context, a checkpoi
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -84,13 +85,13 @@ class ResearchSettings(BaseSettings):
     max_concurrency: int = Field(8, ge=1, le=64, description="Sub-queries searched at once.")
 
     # models: any OpenAI-compatible endpoint; one model per stage, falling back to `model`
-    model: str = Field("gpt-4.1-mini", validation_alias=AliasChoices("DEEP_RESEARCH_MODEL", "model"))
+    model: str = Field("gpt-4.1-mini", description="Model for every stage without its own.")
     plan_model: str | None = None
     extract_model: str | None = None
     reflect_model: str | None = None
     write_model: str | None = None
-    base_url: str | None = Field(None, validation_alias=AliasChoices(
-        "base_url", "DEEP_RESEARCH_BASE_URL", "OPENAI_BASE_URL"))
+    base_url: str | None = Field(None, description="OpenAI-compatible endpoint (DEEP_RESEARCH_BASE_URL, "
+                                                   "else OPENAI_BASE_URL); OpenAI when unset.")
     temperature: float | None = Field(None, ge=0, le=2)
     llm_timeout_s: float = Field(120.0, ge=1, le=1800)
     llm_max_retries: int = Field(2, ge=0, le=10)
@@ -102,6 +103,12 @@ class ResearchSettings(BaseSettings):
     # objects tests and notebooks hand in; never serialised, never in a schema
     _chat_model: Any = PrivateAttr(None)
     _search_providers: Any = PrivateAttr(None)
+
+    @field_validator("base_url", mode="after")
+    @classmethod
+    def _openai_base_url(cls, v: str | None) -> str | None:
+        # the variable every OpenAI client reads, so a user's existing setup just works
+        return v or os.environ.get("OPENAI_BASE_URL") or None
 
     @field_validator("depth", mode="before")
     @classmethod
