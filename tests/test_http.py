@@ -161,10 +161,25 @@ async def test_auth_errors_do_not_open_the_breaker(web, settings):
 
 
 async def test_rate_limiter_spaces_request_starts():
-    limiter = RateLimiter(rate_per_s=50)
+    limiter = RateLimiter(rate_per_s=50, burst=1)
     t0 = time.perf_counter()
     await asyncio.gather(*(limiter.wait() for _ in range(6)))
     assert time.perf_counter() - t0 >= 5 / 50 * 0.9
+
+
+async def test_rate_limiter_lets_a_burst_through_then_keeps_the_rate():
+    limiter = RateLimiter(rate_per_s=20, burst=4)
+    starts: list[float] = []
+
+    async def one() -> None:
+        await limiter.wait()
+        starts.append(time.perf_counter())
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(8)))
+    starts.sort()
+    assert starts[3] - t0 < 0.03  # a fan-out of four starts together
+    assert starts[7] - t0 >= 4 / 20 * 0.9  # the other four wait for tokens at 20 a second
 
 
 async def test_concurrency_cap_is_respected(web, settings):

@@ -123,20 +123,28 @@ class CircuitBreaker:
 
 
 class RateLimiter:
-    """Spaces request starts at least 1/rate seconds apart (a leaky bucket without bursts)."""
+    """A token bucket: up to `burst` requests start at once, then `rate_per_s` a second on average.
 
-    def __init__(self, rate_per_s: float):
-        self.interval = 1.0 / rate_per_s
-        self._next = 0.0
+    A research fans out several searches in the same instant; evenly spaced starts would run
+    them one after another, while a small burst keeps them parallel and the long-run rate the same.
+    """
+
+    def __init__(self, rate_per_s: float, burst: int = 5):
+        self.rate = rate_per_s
+        self.burst = max(1.0, float(burst))
+        self._tokens = self.burst
+        self._updated = time.monotonic()
         self._lock = asyncio.Lock()
 
     async def wait(self) -> None:
         async with self._lock:
             now = time.monotonic()
-            start = max(now, self._next)
-            self._next = start + self.interval
-        if start > now:
-            await asyncio.sleep(start - now)
+            self._tokens = min(self.burst, self._tokens + (now - self._updated) * self.rate)
+            self._updated = now
+            self._tokens -= 1.0  # may go negative: later callers queue behind this one
+            delay = -self._tokens / self.rate if self._tokens < 0 else 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 @dataclass
@@ -149,7 +157,7 @@ class Guard:
 
     @classmethod
     def from_settings(cls, s: ToolSettings) -> Guard:
-        return cls(CircuitBreaker(s.breaker_failures, s.breaker_reset_s), RateLimiter(s.rate_limit_per_s),
+        return cls(CircuitBreaker(s.breaker_failures, s.breaker_reset_s), RateLimiter(s.rate_limit_per_s, s.rate_limit_burst),
                    asyncio.Semaphore(s.max_concurrency))
 
 

@@ -56,6 +56,7 @@ class ToolSettings(BaseSettings):
     retry_base_delay_s: float = Field(0.5, ge=0)
     retry_max_delay_s: float = Field(20.0, ge=0, description="Longest wait; a longer Retry-After fails fast.")
     rate_limit_per_s: float = Field(10.0, gt=0, description="Request starts per second, per provider.")
+    rate_limit_burst: int = Field(6, ge=1, le=100, description="Requests that may start at once before the rate applies.")
     max_concurrency: int = Field(8, ge=1, description="Requests in flight, per provider.")
     breaker_failures: int = Field(5, ge=1, description="Consecutive failures that open the circuit.")
     breaker_reset_s: float = Field(30.0, ge=0, description="How long an open circuit rejects calls.")
