@@ -507,21 +507,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve_stdio(config: ServerSettings, auto_resume: bool) -> int:
     jobs, stack = await open_jobs(config, auto_resume=auto_resume)
     server = create_server(jobs)
-    serving = asyncio.current_task()
-    _on_signals(lambda: asyncio.ensure_future(_stop(jobs, serving)))
+    _on_signals(lambda: asyncio.ensure_future(_stop_stdio(stack)))
     try:
-        await server.run_stdio_async()
-    except asyncio.CancelledError:
-        pass
+        await server.run_stdio_async()  # returns when the client closes stdin
     finally:
         await stack.aclose()
     return 0
 
 
-async def _stop(jobs: ResearchJobs, serving: asyncio.Task | None) -> None:
-    await jobs.shutdown()
-    if serving is not None:
-        serving.cancel()
+async def _stop_stdio(stack: Any) -> None:
+    # the SDK reads stdin in a worker thread that no cancellation can interrupt: once researches
+    # are stopped and the records written, leave without waiting for the client to close stdin
+    await stack.aclose()
+    logging.shutdown()
+    os._exit(0)
 
 
 def _on_signals(first: Any) -> None:

@@ -158,3 +158,22 @@ async def test_sigterm_interrupts_then_restart_resumes(tmp_path):
         assert r.structured_content["status"] == "complete", r.structured_content
     finally:
         slow.stop()
+
+
+async def test_stdio_server_exits_promptly_on_sigterm(llm, tmp_path):
+    env = server_env(llm.base_url, tmp_path)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "server.py")], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        # answer one request first, so the server is really up
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+                         b'"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n')
+        proc.stdin.flush()
+        assert b'"id":1' in proc.stdout.readline()
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # stdin stays open: the server must not wait for it
+        assert proc.wait(timeout=10) == 0 and time.monotonic() - t0 < 10
+        assert b"stopping" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
