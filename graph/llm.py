@@ -16,6 +16,7 @@ import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -177,13 +178,28 @@ async def structured(model: BaseChatModel, schema: type[M], messages: list[BaseM
     raise LLMError(f"The model gave no valid {schema.__name__} by any method ({'; '.join(errors)}).")
 
 
+@lru_cache(maxsize=64)
+def _strict_format(schema: type[BaseModel]) -> dict[str, Any]:
+    from openai.lib._pydantic import to_strict_json_schema
+
+    return {"name": schema.__name__, "schema": to_strict_json_schema(schema), "strict": True}
+
+
 def _structured_runnable(model: BaseChatModel, schema: type[BaseModel], method: str) -> Any:
     key = (id(model), schema, method)
     hit = _runnables.get(key)
     if hit is not None and hit[0] is model:
         _runnables.move_to_end(key)
         return hit[1]
-    runnable = model.with_structured_output(schema, method=method, include_raw=True)
+    target: Any = schema
+    if method == "json_schema" and hasattr(model, "openai_api_base"):
+        # given a class, ChatOpenAI routes through the SDK's parse(), which converts the schema on
+        # every request; a ready strict schema goes out as is and we validate the JSON ourselves
+        try:
+            target = _strict_format(schema)
+        except Exception:  # a private helper of the SDK: if it moves, let ChatOpenAI convert
+            target = schema
+    runnable = model.with_structured_output(target, method=method, include_raw=True)
     _runnables[key] = (model, runnable)
     while len(_runnables) > 256:
         _runnables.popitem(last=False)

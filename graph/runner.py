@@ -111,13 +111,14 @@ class ResearchRun:
         deadline = self.settings.time_budget_s * 1.5 + 60  # backstop for a hung provider or model
         try:
             async with asyncio.timeout(deadline):
-                async for mode, chunk in graph.astream(inp, self.config, context=self.settings,
-                                                       stream_mode=["values", "custom"],
-                                                       **self._durability()):
-                    if mode == "values":
-                        self.state = chunk
-                    else:
+                # subgraphs=True: the per-sub-query pipelines emit "reading" progress too
+                async for ns, mode, chunk in graph.astream(inp, self.config, context=self.settings,
+                                                           stream_mode=["values", "custom"], subgraphs=True,
+                                                           **self._durability()):
+                    if mode == "custom":
                         await self._event(chunk)
+                    elif not ns:  # the parent graph's state, not a pipeline's
+                        self.state = chunk
         except TimeoutError:
             return self.partial("time_budget", f"stopped after {deadline:.0f} s without finishing")
         except (LLMError, ToolError, SettingsError) as e:

@@ -97,6 +97,7 @@ class ResearchResponder:
 
     def _report(self, prompt: str, question: str) -> str:
         lines = re.findall(r"^\[(\d+)\]\s*(.+)$", prompt, re.M)
+        lines += [(str(sid), first_sentence(text)) for sid, text in sources_in(prompt)]
         if not lines:
             return f"The evidence gathered does not answer the question: {question}"
         concise = "two short paragraphs" in prompt

@@ -36,7 +36,7 @@ def test_demo_research_prints_a_cited_report(demo_json):
     assert "[1]" in result["report"] and "## Sources" in result["report"]
     # progress went to stderr, in stage order
     err = demo_json["stderr"]
-    stages = [err.index(s) for s in ("Planning", "Searching", "Extracting", "Writing", "complete")]
+    stages = [err.index(s) for s in ("Planning", "Searching", "Reading", "Writing", "complete")]
     assert stages == sorted(stages)
 
 

@@ -79,17 +79,27 @@ async def test_sub_queries_run_concurrently(question):
 async def test_standard_depth_sequential_llm_calls_within_target(question):
     model = ScriptedChatModel(latency_s=0.03)
     result = await run_research(question, offline_settings(chat_model=model))
-    # plan + one hop per round (extraction runs beside reflection) + write
-    assert sequential_calls(model.calls) <= 2 + result.stats.rounds
-    assert any(c["kind"] == "Reflection" for c in model.calls)
+    # plan, then one hop per round but the last (extraction runs beside reflection; the writer reads
+    # the last round's passages itself), then write
+    assert result.stats.rounds == 2 and sequential_calls(model.calls) == 1 + result.stats.rounds
+    kinds = [c["kind"] for c in model.calls]
+    assert kinds.count("Reflection") == 1 and kinds.count("Extraction") == 3
+    # the last round's sources still reach the report: every page read can be cited
+    round2 = {q.id for q in result.sub_queries if q.round == 2}
+    assert round2 and all(q.pages_read for q in result.sub_queries if q.id in round2)
 
 
-async def test_quick_depth_is_three_sequential_calls(question):
+async def test_quick_depth_is_two_sequential_calls(question):
     model = ScriptedChatModel(latency_s=0.03)
-    result = await run_research(question, offline_settings(chat_model=model, depth="basic"))
+    events = []
+    result = await run_research(question, offline_settings(chat_model=model, depth="basic"),
+                                on_event=events.append)
     assert result.stats.rounds == 1
-    assert sequential_calls(model.calls) == 3  # plan, extract, write
-    assert not any(c["kind"] == "Reflection" for c in model.calls)
+    assert sequential_calls(model.calls) == 2  # plan, write
+    assert [c["kind"] for c in model.calls] == ["Plan", "text"]
+    stages = [e["stage"] for e in events]
+    assert stages[:2] == ["planning", "searching"] and stages.count("reading") == 3
+    assert stages[-2:] == ["writing", "done"]
 
 
 @pytest.mark.parametrize("overrides, responder, expected", [
@@ -146,17 +156,18 @@ async def test_unknown_citation_is_removed_and_reported(question):
                                            ({"json_schema", "function_calling"}, "json_text")])
 async def test_structured_output_falls_back(question, refused, used):
     model = ScriptedChatModel(unsupported_methods=refused)
-    result = await run_research(question, offline_settings(chat_model=model, depth="quick"))
+    result = await run_research(question, offline_settings(chat_model=model))
     assert result.status == "complete" and cited_ids(result.report)
     refusals = [c for c in model.calls if c["kind"].startswith("refused")]
-    # Plan refuses once per failing method; the three parallel extractions each learn it once
-    assert len(refusals) == len(refused) * (1 + 3)
+    # Plan refuses once per failing method; round 1's three extractions and its reflection run
+    # in parallel, so each learns it once; the last round calls neither
+    assert len(refusals) == len(refused) * (1 + 3 + 1)
     assert result.stats.llm_calls == len(model.calls) - len(refusals)
     if used == "json_text":
-        assert result.stats.llm_calls == 5  # no repair retries were needed
+        assert result.stats.llm_calls == 6  # plan, 3 extracts, reflect, write: no repair retries
     # the method that worked is remembered: a second run wastes no call on the failing ones
     before = len(model.calls)
-    await run_research(question, offline_settings(chat_model=model, depth="quick"))
+    await run_research(question, offline_settings(chat_model=model))
     assert not [c for c in model.calls[before:] if c["kind"].startswith("refused")]
 
 

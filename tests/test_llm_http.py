@@ -47,26 +47,27 @@ def server(request):
 
 
 def http_settings(base_url: str, **overrides):
-    s = make_settings(base_url=base_url, model="fake-model", depth="quick", providers=["local"],
+    overrides.setdefault("depth", "quick")
+    s = make_settings(base_url=base_url, model="fake-model", providers=["local"],
                       corpus=str(sample_corpus_dir()), llm_max_retries=0, **overrides)
     return s.with_search_providers([LocalProvider.from_folder(sample_corpus_dir())])
 
 
 async def test_a_research_over_http_with_json_schema(server, monkeypatch, question):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
-    result = await run_research(question, http_settings(server.base_url))
-    assert result.status == "complete" and "[1]" in result.report
+    result = await run_research(question, http_settings(server.base_url, depth="standard"))
+    assert result.status == "complete" and result.stop_reason == "sufficient" and "[1]" in result.report
     kinds = [c["kind"] for c in server.calls]
-    assert kinds.count("json_schema") == 4 and kinds.count("text") == 1  # plan, 3 extracts, write
+    assert kinds.count("json_schema") == 5 and kinds.count("text") == 1  # plan, 3 extracts, reflect; write
     # usage comes from the server's usage block, not an estimate
-    assert result.stats.llm_calls == 5 and result.stats.prompt_tokens > 100
+    assert result.stats.llm_calls == 6 and result.stats.prompt_tokens > 100
 
 
 @pytest.mark.parametrize("server", [RejectsJsonSchema], indirect=True)
 async def test_a_server_without_json_schema_falls_back_to_function_calling(server, question):
-    result = await run_research(question, http_settings(server.base_url))
+    result = await run_research(question, http_settings(server.base_url, depth="standard"))
     assert result.status == "complete" and "[1]" in result.report
-    assert [c["kind"] for c in server.calls].count("tools") == 4
+    assert [c["kind"] for c in server.calls].count("tools") == 5
 
 
 @pytest.mark.parametrize("server", [Unauthorized], indirect=True)

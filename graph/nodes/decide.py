@@ -59,10 +59,15 @@ def budget_stop(state: ResearchState, settings: ResearchSettings) -> StopReason 
 
 
 def after_search(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send | str]:
-    """Extraction for each sub-query that read something, and reflection, in the same step.
-    Reflection is skipped when the round is the last one anyway or a budget is spent."""
+    """After a round: extraction for each sub-query that read something, beside reflection, when
+    another round may follow. The last round (out of rounds, out of budget, nothing new) goes
+    straight to the writer, which reads its passages itself: no LLM hop between the last search
+    and the report."""
     settings = settings_from(runtime.context, state.get("settings"))
     rnd = state.get("round", 1)
+    new_this_round = sum(q.get("new_sources", 0) for q in _round_queries(state))
+    if rnd >= settings.resolved().max_rounds or not new_this_round or budget_stop(state, settings):
+        return ["decide"]
     targets: list[Send | str] = []
     for q in _round_queries(state):
         passages = [p for p in state.get("passages", []) if p["query_id"] == q["id"]]
@@ -70,12 +75,9 @@ def after_search(state: ResearchState, runtime: Runtime[ResearchSettings]) -> li
             keys = {p["key"] for p in passages}
             targets.append(Send("extract", {"question": state["question"], "sub_query": q, "passages": passages,
                                             "sources": [s for s in state.get("sources", []) if s["key"] in keys]}))
-    if targets:
-        emit("extracting", f"Extracting evidence from {len(targets)} queries' pages", round=rnd)
-    new_this_round = sum(q.get("new_sources", 0) for q in _round_queries(state))
-    if rnd < settings.resolved().max_rounds and new_this_round and not budget_stop(state, settings):
-        targets.append("reflect")
-    return targets or ["decide"]
+    emit("reflecting", f"Reflecting on round {rnd}/{settings.resolved().max_rounds} and extracting evidence",
+         round=rnd)
+    return [*targets, "reflect"]
 
 
 def decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> dict:

@@ -7,7 +7,7 @@ model fails, the best passages themselves become the evidence: the run loses det
 from __future__ import annotations
 
 import time
-from typing import TypedDict
+from typing_extensions import TypedDict
 
 from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field

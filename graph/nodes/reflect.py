@@ -11,7 +11,6 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel, Field
 
 from graph.llm import LLMError, Usage, chat_model, elapsed_ms, structured, system_user
-from graph.progress import emit
 from graph.selection import fence, select_passages
 from graph.settings import ResearchSettings, settings_from
 from graph.state import ResearchState
@@ -29,7 +28,6 @@ async def reflect(state: ResearchState, runtime: Runtime[ResearchSettings]) -> d
     settings = settings_from(runtime.context, state.get("settings"))
     scope = settings.resolved()
     rnd = state.get("round", 1)
-    emit("reflecting", f"Reflecting on round {rnd}/{scope.max_rounds}", round=rnd, max_rounds=scope.max_rounds)
     selected = select_passages(state.get("passages", []), state.get("sources", []), settings.reflect_passage_tokens)
     done = "\n".join(f"- {q['query']}" for q in state.get("sub_queries", []))
     system, user = render("reflect", question=state["question"], round=rnd, max_rounds=scope.max_rounds,

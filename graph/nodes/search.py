@@ -13,7 +13,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
+
+from typing_extensions import TypedDict
 
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
@@ -89,7 +91,6 @@ async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
                 "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
     resp = msg.artifact
     hits = [h.model_dump() for h in resp.results]
-    emit("reading", f"'{sq['query']}': {len(hits)} results", query_id=sq["id"], hits=len(hits))
     return {"hits": hits, "warnings": list(resp.warnings),
             "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
 
@@ -116,7 +117,7 @@ async def _fetch_once(url: str) -> PageContent:
 
 
 async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
-                    ) -> tuple[list[tuple[SearchHit, str, str, str | None]], list[str]]:
+                    ) -> tuple[list[tuple[SearchHit, str, str, str | None]], list[str], set[str]]:
     """Read up to `want` pages concurrently, in the engines' order, starting the next candidate
     whenever a read fails, so one dead link costs one page's latency, not a second wave of reads.
 
@@ -132,21 +133,20 @@ async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
     _claims.move_to_end(run_key)
     while len(_claims) > 256:  # forget old runs
         _claims.popitem(last=False)
-    own = 0
+    mine: set[str] = set()
     done: list[tuple[SearchHit, str, str, str | None]] = []
     errors: list[str] = []
     running: dict[asyncio.Task, SearchHit] = {}
 
     def start_next() -> None:
-        nonlocal own
         while queue:
             h = queue.pop(0)
             key = dedup_key(h.url)
             if key not in taken:
-                if own >= room:
+                if len(mine) >= room:
                     continue
                 taken.add(key)
-                own += 1
+                mine.add(key)
             running[asyncio.ensure_future(_read(h))] = h
             return
 
@@ -166,7 +166,7 @@ async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
                     start_next()
     order = {h.url: i for i, h in enumerate(hits)}
     done.sort(key=lambda d: order[d[0].url])  # keep the engines' ranking, not arrival order
-    return done, errors
+    return done, errors, mine
 
 
 async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> dict:
@@ -186,7 +186,9 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
             known.add(key)
             fresh.append(hit)
     want = settings.resolved().pages_per_query
-    read, errors = await read_best(fresh, want, max(0, state.get("room", 0)), state.get("run_key", ""))
+    emit("reading", f"Reading {min(want, len(fresh))} of {len(fresh)} new results for '{sq['query']}'",
+         query_id=sq["id"], pages=min(want, len(fresh)))
+    read, errors, mine = await read_best(fresh, want, max(0, state.get("room", 0)), state.get("run_key", ""))
 
     sources: list[Source] = []
     passages: list[Passage] = []
@@ -200,7 +202,8 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
             passages.append({"key": key, "query_id": sq["id"], "text": chunks[i], "score": round(score, 4)})
     warnings = [f"Could not read {len(errors)} page(s) for '{sq['query']}' (e.g. {errors[0]})"] if errors else []
     done: SubQuery = {**sq, "status": "done", "hits": len(state.get("hits", [])),
-                      "new_sources": len(sources), "pages_read": len(sources), "error": None}
+                      "new_sources": sum(s["key"] in mine for s in sources), "pages_read": len(sources),
+                      "error": None}
     return {"sources": sources, "passages": passages, "sub_queries": [done], "warnings": warnings,
             "stats": {"pages_read": len(sources), "page_errors": len(errors),
                       "stage_ms": {"read": elapsed_ms(t0)}}}

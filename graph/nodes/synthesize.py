@@ -1,9 +1,16 @@
-"""synthesize: one call writes the report from the evidence, citing registry ids only; code then
-checks every marker, renders the source list and assembles the ResearchResult."""
+"""synthesize: one call writes the report, citing registry ids only; code then checks every
+marker, renders the source list and assembles the ResearchResult.
+
+The writer reads findings extracted in earlier rounds and, for the sub-queries of the last round
+(which nothing extracted, so that no LLM hop stands between the last search and the report), their
+best passages directly.
+"""
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import dataclass
 from datetime import date
 
 from langgraph.runtime import Runtime
@@ -11,6 +18,7 @@ from langgraph.runtime import Runtime
 from graph.citations import check_citations, render_source_list, split_key_findings
 from graph.llm import LLMError, Usage, chat_model, complete, elapsed_ms, system_user
 from graph.progress import emit
+from graph.selection import fence, select_passages
 from graph.settings import ResearchSettings, settings_from
 from graph.state import (Evidence, KeyFinding, ResearchResult, ResearchState, RunStats, Source,
                          SourceOut, SubQueryOut, add_stats)
@@ -19,6 +27,22 @@ from prompts import render, sections
 WRITER_MAX_TOKENS = {"concise": 900, "standard": 2_500, "detailed": 6_000}
 EVIDENCE_CHAR_BUDGET = 24_000  # about 6k tokens of findings; the writer needs findings, not pages
 PARTIAL_STOPS = {"time_budget", "token_budget", "cancelled", "error"}
+
+
+@dataclass
+class WriterInput:
+    findings: str  # "[id] finding" lines from earlier rounds
+    passages: list[tuple[int, str, str]]  # (id, title, text) for sub-queries nothing extracted
+
+    @property
+    def allowed_ids(self) -> set[int]:
+        ids = {int(m) for m in re.findall(r"^\[(\d+)\]", self.findings, re.M)}
+        return ids | {sid for sid, _, _ in self.passages}
+
+    def as_lines(self) -> str:
+        """Everything as '[id] text' lines: what a report without a writer lists."""
+        extra = [f"[{sid}] {' '.join(text.split())[:300]}" for sid, _, text in self.passages]
+        return "\n".join([*filter(None, self.findings.splitlines()), *extra])
 
 
 def evidence_lines(evidence: list[Evidence], sources: dict[int, Source]) -> str:
@@ -36,6 +60,17 @@ def evidence_lines(evidence: list[Evidence], sources: dict[int, Source]) -> str:
         budget -= len(line)
         lines.append(line)
     return "\n".join(lines)
+
+
+def writer_input(state: ResearchState, passage_tokens_per_query: int) -> WriterInput:
+    read = {s["id"]: s for s in state.get("sources", []) if s.get("read")}
+    evidence = state.get("evidence", [])
+    covered = {e["query_id"] for e in evidence}
+    open_queries = {q["id"] for q in state.get("sub_queries", []) if q["id"] not in covered}
+    passages = select_passages(state.get("passages", []), list(read.values()),
+                               passage_tokens_per_query * max(1, len(open_queries)), open_queries) \
+        if open_queries else []
+    return WriterInput(findings=evidence_lines(evidence, read), passages=passages)
 
 
 def fallback_report(question: str, lines: str) -> str:
@@ -58,19 +93,19 @@ def _status(state: ResearchState, stop_reason: str | None, wrote: bool, has_evid
 async def synthesize(state: ResearchState, runtime: Runtime[ResearchSettings]) -> dict:
     t0 = time.perf_counter()
     settings = settings_from(runtime.context, state.get("settings"))
-    read = {s["id"]: s for s in state.get("sources", []) if s.get("read")}
-    lines = evidence_lines(state.get("evidence", []), read)
+    inputs = writer_input(state, settings.extract_passage_tokens)
     usage = Usage()
     warnings: list[str] = []
     wrote = False
-    if not lines:
-        text = (f"No source could be read for this question, so there is no report. "
-                f"Try other search providers or a broader question.")
+    if not inputs.allowed_ids:
+        text = ("No source could be read for this question, so there is no report. "
+                "Try other search providers or a broader question.")
     else:
-        emit("writing", "Writing the report", sources=len(read))
+        emit("writing", "Writing the report", sources=len(inputs.allowed_ids))
         guide = sections("report_lengths").get(settings.report_length, "")
-        system, user = render("write", question=state["question"], evidence=lines, length_guide=guide,
-                              today=date.today().isoformat())
+        system, user = render("write", question=state["question"], findings=inputs.findings or "(none)",
+                              passages=fence(inputs.passages) if inputs.passages else "(none)",
+                              length_guide=guide, today=date.today().isoformat())
         try:
             text = await complete(chat_model(settings, "write"), system_user(system, user), usage,
                                   max_tokens=WRITER_MAX_TOKENS[settings.report_length])
@@ -79,9 +114,8 @@ async def synthesize(state: ResearchState, runtime: Runtime[ResearchSettings]) -
             warnings.append(f"The writer failed ({e}); the report lists the findings instead.")
             text = ""
         if not wrote:
-            text = fallback_report(state["question"], lines)
-
-    result = build_result(state, text, lines, wrote=wrote, usage=usage, warnings=warnings,
+            text = fallback_report(state["question"], inputs.as_lines())
+    result = build_result(state, text, inputs.allowed_ids, wrote=wrote, usage=usage, warnings=warnings,
                           t0=t0, stop_reason=state.get("stop_reason"))
     emit("done", f"Report ready ({result.status})", status=result.status)
     return {"report": result.report, "key_findings": [k.model_dump() for k in result.key_findings],
@@ -89,31 +123,22 @@ async def synthesize(state: ResearchState, runtime: Runtime[ResearchSettings]) -
             "stats": {**usage.stats(), "stage_ms": {"write": elapsed_ms(t0)}}}
 
 
-def partial_result(state: ResearchState, reason: str, note: str) -> ResearchResult:
+def partial_result(state: ResearchState, reason: str, note: str,
+                   passage_tokens_per_query: int = 1_200) -> ResearchResult:
     """A result from whatever a stopped run holds (cancelled, out of time), without another LLM call."""
-    read = {s["id"]: s for s in state.get("sources", []) if s.get("read")}
-    lines = evidence_lines(state.get("evidence", []), read)
-    if not lines:  # stopped before extraction: the best passages still say what was found
-        by_key = {s["key"]: s for s in read.values()}
-        seen = set()
-        picked = []
-        for p in sorted(state.get("passages", []), key=lambda p: -p["score"]):
-            if p["key"] in by_key and p["key"] not in seen:
-                seen.add(p["key"])
-                picked.append(f"[{by_key[p['key']]['id']}] {' '.join(p['text'].split())[:300]}")
-        lines = "\n".join(picked[:12])
-    text = fallback_report(state.get("question", ""), lines) if lines else "The research stopped before any source was read."
-    result = build_result(state, text.replace("could not be written by the model", "was not written: " + note),
-                          lines, wrote=False, usage=Usage(), warnings=[note], t0=time.perf_counter(),
-                          stop_reason=reason)
-    return result
+    inputs = writer_input(state, passage_tokens_per_query)
+    lines = inputs.as_lines()
+    text = (fallback_report(state.get("question", ""), lines).replace(
+        "could not be written by the model", "was not written: " + note)
+        if lines else "The research stopped before any source was read.")
+    return build_result(state, text, inputs.allowed_ids, wrote=False, usage=Usage(), warnings=[note],
+                        t0=time.perf_counter(), stop_reason=reason)
 
 
-def build_result(state: ResearchState, text: str, lines: str, *, wrote: bool, usage: Usage,
+def build_result(state: ResearchState, text: str, allowed: set[int], *, wrote: bool, usage: Usage,
                  warnings: list[str], t0: float, stop_reason: str | None) -> ResearchResult:
     """Check citations, render the source list and assemble the ResearchResult."""
     read = {s["id"]: s for s in state.get("sources", []) if s.get("read")}
-    allowed = {int(line[1:line.index("]")]) for line in lines.splitlines()}
     checked = check_citations(text, allowed)
     if checked.removed:
         warnings.append(f"Removed {len(checked.removed)} citation(s) to sources that were not read: "
@@ -133,9 +158,9 @@ def build_result(state: ResearchState, text: str, lines: str, *, wrote: bool, us
 
     stats = add_stats(state.get("stats", {}), {**usage.stats(), "stage_ms": {"write": elapsed_ms(t0)}})
     started = state.get("started_at") or time.time()
-    result = ResearchResult(
+    return ResearchResult(
         question=state.get("question", ""),
-        status=_status(state, stop_reason, wrote, bool(lines)),  # type: ignore[arg-type]
+        status=_status(state, stop_reason, wrote, bool(allowed)),  # type: ignore[arg-type]
         stop_reason=stop_reason,
         report=report,
         key_findings=[KeyFinding(finding=f, citations=[i for i in ids if 1 <= i <= len(cited)])
@@ -151,4 +176,3 @@ def build_result(state: ResearchState, text: str, lines: str, *, wrote: bool, us
                        stage_ms=stats.get("stage_ms", {})),
         warnings=[*state.get("warnings", []), *warnings],
     )
-    return result
