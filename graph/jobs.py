@@ -5,6 +5,12 @@ A tool call submits a research and waits for it as long as its client will; if t
 holds that registry, its admission rules (a cap on concurrent runs, a bounded queue, a per-client
 rate limit) and its lifecycle (resume after a restart, stop at shutdown with progress kept).
 
+Several servers (replicas) may share one store. Each registry has an owner id; it leases the
+researches it runs and renews the leases every `lease_s / 3`. Another replica resumes a research
+only once its lease has expired (its owner crashed) or was released (its owner shut down), and a
+cancel asked of a replica that does not run the research is written to the record for the owner
+to honour at its next renewal.
+
 LangGraph is imported on the first research, not at import time: a cold MCP server must answer
 `tools/list` quickly.
 """
@@ -12,8 +18,12 @@ LangGraph is imported on the first research, not at import time: a cold MCP serv
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import os
+import socket
 import time
+import uuid
 from collections import defaultdict, deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -50,6 +60,9 @@ class ServerSettings(BaseSettings):
     database_url: str | None = Field(None, description="postgresql://... for records and checkpoints.")
     mcp_token: SecretStr | None = Field(None, description="Bearer token(s) for HTTP, comma-separated.")
     warm_up: bool = Field(True, description="Import the research graph in the background after startup.")
+    lease_s: float = Field(15.0, ge=0.5, le=600, description=(
+        "How long a research stays owned by its server without a renewal (renewed every third of it). "
+        "After a crash, another replica resumes it once this has passed."))
 
 
 class AdmissionError(Exception):
@@ -133,19 +146,25 @@ class ResearchJobs:
         self._checkpointer: Any = None
         self._ck_lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
+        self.owner = owner_id()
+        self.auto_resume = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self, *, auto_resume: bool = False) -> None:
-        """Flag researches a crashed process left running as interrupted; optionally resume them."""
+        """Flag researches whose server is gone (lease expired) as interrupted; with auto_resume,
+        resume them now and whenever another replica's lease runs out later."""
+        self.auto_resume = auto_resume
+        await self._expire_dead_local_owners()
         stale = await self.store.mark_interrupted()
         if stale:
-            log.info("%d research(es) were interrupted by the last shutdown: %s", len(stale), ", ".join(stale))
+            log.info("%d research(es) were interrupted by a crash or shutdown: %s", len(stale), ", ".join(stale))
+        if self.config.warm_up:
+            self._spawn(self._warm_up())
         self._spawn(self._log_loop())
         if auto_resume:
-            self._spawn(self.resume_unfinished())
-        elif self.config.warm_up:
-            self._spawn(self._warm_up())
+            await self.resume_unfinished()
+        self._spawn(self._lease_loop())
 
     async def checkpointer(self) -> Any:
         """The shared checkpointer, opened on first use (it imports LangGraph)."""
@@ -156,7 +175,7 @@ class ResearchJobs:
 
     async def shutdown(self, grace_s: float | None = None) -> None:
         """Refuse new work, stop running researches (their finished steps are checkpointed) and
-        mark them interrupted so a later start resumes them."""
+        mark them interrupted, lease released, so another replica or a later start resumes them."""
         self.closing = True
         grace = self.config.shutdown_grace_s if grace_s is None else grace_s
         live = [j for j in self.jobs.values() if j.task is not None and not j.task.done()]
@@ -169,6 +188,10 @@ class ResearchJobs:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        try:  # what did not stop within the grace period is released too
+            await self.store.release(self.owner)
+        except Exception:
+            log.exception("could not release the leases of %s", self.owner)
         await self._stack.aclose()
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task:
@@ -178,9 +201,52 @@ class ResearchJobs:
         return task
 
     async def _warm_up(self) -> None:
-        # after the first requests had the CPU: import the graph so the first research starts at once
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(__import__, "graph.runner")
+        # import what the first research needs, in a thread: the loop keeps answering meanwhile. The
+        # import lock makes a research that starts first wait for these imports, not repeat them.
+        import importlib
+
+        for name in ("graph.runner", "tools.providers", "tools.search", "tools.reader", "trafilatura"):
+            try:
+                await asyncio.to_thread(importlib.import_module, name)
+            except Exception as e:  # a broken optional module shows up on first use, with its error
+                log.debug("warm-up: %s not imported: %s", name, e)
+
+    async def _lease_loop(self) -> None:
+        """Renew our leases (with the latest progress), honour cancels asked of other replicas, and
+        with auto-resume take over researches whose owner has gone."""
+        while True:
+            await asyncio.sleep(self.config.lease_s / 3)
+            try:
+                await self.renew_leases()
+                if self.auto_resume and not self.closing:
+                    await self._expire_dead_local_owners()
+                    await self.resume_unfinished()
+            except Exception:  # a database hiccup must not end the loop: the next round retries
+                log.exception("lease renewal failed")
+
+    async def _expire_dead_local_owners(self) -> None:
+        # a server on this machine that was killed cannot release its leases; its pid tells us it is
+        # gone, so a restart takes its researches over at once instead of after the lease
+        for rec in await self.store.list_unfinished():
+            if rec.leased and rec.owner != self.owner and owner_is_dead(rec.owner):
+                log.info("research %s: its server %s is gone", rec.research_id, rec.owner)
+                await self.store.expire(rec.research_id, rec.owner)
+
+    async def renew_leases(self) -> None:
+        """One renewal round (the lease loop runs it every lease_s / 3)."""
+        for job in [j for j in self.jobs.values() if not j.finished]:
+            if not await self.store.renew(job.research_id, self.owner, self.config.lease_s, _jsonable(job.progress)):
+                if job.finished:  # it finished during the renewal
+                    continue
+                # we stalled past our lease and another replica took it over: stop, write nothing
+                log.warning("research %s: lease lost to another server; stopping here", job.research_id)
+                job.stop_reason = "lost"
+                job.task.cancel()
+        for rid in await self.store.cancel_requests(self.owner):
+            job = self.jobs.get(rid)
+            if job is not None and not job.finished:
+                log.info("research %s: cancelled at another server's request", rid)
+                await self.cancel(rid)
 
     async def _log_loop(self) -> None:
         while True:
@@ -216,7 +282,7 @@ class ResearchJobs:
         self.admit(client)
         rid = new_research_id()
         clean = {k: v for k, v in overrides.items() if v is not None}
-        await self.store.create(rid, question, clean)
+        await self.store.create(rid, question, clean, owner=self.owner, lease_s=self.config.lease_s)
         return self._launch(Job(rid, question, clean), resume=False)
 
     def _check_providers(self, settings: Any) -> None:
@@ -247,20 +313,23 @@ class ResearchJobs:
             raise AdmissionError(f"research {research_id} is {rec.status}; only interrupted or failed "
                                  "researches can be resumed")
         self.admit(client)
-        await self.store.set_status(research_id, "queued")
+        if not await self.store.claim(research_id, self.owner, self.config.lease_s):
+            raise AdmissionError(_owned_elsewhere(await self.store.get(research_id) or rec))
         return self._launch(Job(research_id, rec.question, rec.settings), resume=True)
 
     async def resume_unfinished(self) -> list[str]:
-        """Resume every interrupted research (at startup when auto-resume is on)."""
+        """Resume the unfinished researches nobody holds a live lease on (auto-resume: at startup
+        and at every lease renewal, so a crashed or stopped replica's work is taken over)."""
         ids = []
-        for rec in await self.store.list_unfinished():
-            if rec.research_id in self.jobs:
+        for rec in await self.store.list_orphaned():
+            job = self.jobs.get(rec.research_id)
+            if job is not None and not job.finished:
                 continue
             try:
                 await self.resume(rec.research_id, client="auto-resume")
                 ids.append(rec.research_id)
-            except AdmissionError as e:
-                log.warning("not resuming %s now: %s", rec.research_id, e.message)
+            except AdmissionError as e:  # busy here, or another replica won the claim
+                log.info("not resuming %s now: %s", rec.research_id, e.message)
         if ids:
             log.info("resumed %d interrupted research(es): %s", len(ids), ", ".join(ids))
         return ids
@@ -296,32 +365,38 @@ class ResearchJobs:
                     result = await run.start()  # it stopped before its first checkpoint: start over
             job.result = result
             status = result.status
-            await self.store.finish(job.research_id, status, result=result.model_dump(mode="json"))
+            await self._finish(job, status, result=result.model_dump(mode="json"))
         except asyncio.CancelledError:
-            if job.stop_reason == "shutdown":
+            if job.stop_reason == "lost":
+                status = "interrupted"  # the record is the new owner's now: leave it alone
+                job.error = "taken over by another server after this one missed its lease renewals"
+            elif job.stop_reason == "shutdown":
                 status = "interrupted"
-                await asyncio.shield(self.store.finish(job.research_id, status, error="stopped by a server shutdown"))
+                await asyncio.shield(self._finish(job, status, error="stopped by a server shutdown"))
                 job.error = "stopped by a server shutdown; resume_research continues it"
             elif job.run is None:
                 status = "cancelled"
-                await asyncio.shield(self.store.finish(job.research_id, status, error="cancelled before it started"))
+                await asyncio.shield(self._finish(job, status, error="cancelled before it started"))
                 job.error = "cancelled before it started"
             else:
                 job.result = job.run.partial("cancelled", "cancelled by request; the report uses what was found")
                 status = job.result.status
-                await asyncio.shield(self.store.finish(job.research_id, status,
-                                                       result=job.result.model_dump(mode="json")))
+                await asyncio.shield(self._finish(job, status, result=job.result.model_dump(mode="json")))
         except (SettingsError, LLMError, ToolError) as e:
             status = "failed"
             job.error = getattr(e, "message", None) or str(e)
-            await self.store.finish(job.research_id, status, error=job.error)
+            await self._finish(job, status, error=job.error)
         except Exception as e:  # never lose the record: keep a readable reason, log the details
             log.exception("research %s failed", job.research_id)
             status = "failed"
             job.error = f"internal error ({e.__class__.__name__}); see the server log"
-            await self.store.finish(job.research_id, status, error=job.error)
+            await self._finish(job, status, error=job.error)
         job.status = status
         await self._notify(job)
+
+    async def _finish(self, job: Job, status: RecordStatus, **outcome: Any) -> None:
+        if not await self.store.finish(job.research_id, status, owner=self.owner, **outcome):
+            log.warning("research %s: not recorded as %s: another server owns it now", job.research_id, status)
 
     async def _on_event(self, job: Job, event: dict[str, Any]) -> None:
         stage_changed = event.get("stage") != job.progress.get("stage")
@@ -330,12 +405,12 @@ class ResearchJobs:
         await self._notify(job)
         # the record follows stage changes (not every event) so a busy run does not hammer the database
         if stage_changed:
-            await self.store.update_progress(job.research_id, _jsonable(event))
+            await self.store.update_progress(job.research_id, _jsonable(event), owner=self.owner)
 
     async def _set(self, job: Job, status: RecordStatus, progress: dict[str, Any]) -> None:
         job.status = status
         await self._on_event(job, progress)
-        await self.store.set_status(job.research_id, status)
+        await self.store.set_status(job.research_id, status, owner=self.owner)
 
     @staticmethod
     async def _notify(job: Job) -> None:
@@ -370,29 +445,90 @@ class ResearchJobs:
                         await on_progress({"stage": stage, "heartbeat": True, "ts": time.time(),
                                            "message": f"{stage}: still working ({job.elapsed_s:.0f} s)"})
 
-    async def cancel(self, research_id: str) -> Job | ResearchRecord:
-        """Stop a research and keep what it found (status partial, or cancelled when nothing ran)."""
+    async def cancel(self, research_id: str, wait_s: float | None = None) -> Job | ResearchRecord:
+        """Stop a research and keep what it found (status partial, or cancelled when nothing ran).
+
+        A research another replica runs is asked to stop through its record; its owner notices at
+        its next lease renewal. This waits up to `wait_s` (default: one lease) for the outcome."""
         job = self.jobs.get(research_id)
-        if job is None or job.finished:
-            rec = await self.lookup(research_id)
-            if isinstance(rec, ResearchRecord) and rec.status == "interrupted":
-                await self.store.finish(research_id, "cancelled", error="cancelled while interrupted")
-                rec = await self.store.get(research_id)
+        if job is not None and not job.finished:
+            job.stop_reason = "cancelled"
+            job.task.cancel()
+            await asyncio.wait([job.task])
+            return job
+        rec = await self.lookup(research_id)
+        if not isinstance(rec, ResearchRecord) or rec.finished and rec.status != "interrupted":
             return rec
-        job.stop_reason = "cancelled"
-        job.task.cancel()
-        await asyncio.wait([job.task])
-        return job
+        if not rec.leased:  # nobody runs it: take it (so no replica resumes it meanwhile) and close it
+            if await self.store.claim(research_id, self.owner, self.config.lease_s):
+                await self.store.finish(research_id, "cancelled", error="cancelled while interrupted",
+                                        owner=self.owner)
+                return await self.store.get(research_id) or rec
+        await self.store.request_cancel(research_id)
+        log.info("research %s runs on %s: cancel requested", research_id, rec.owner)
+        deadline = time.monotonic() + (self.config.lease_s if wait_s is None else wait_s)
+        while time.monotonic() < deadline:
+            await asyncio.sleep(min(0.25, self.config.lease_s / 6))
+            rec = await self.store.get(research_id) or rec
+            if rec.finished:
+                break
+        return rec
 
     async def lookup(self, research_id: str) -> Job | ResearchRecord:
-        """This process's live job, else the stored record."""
+        """This process's live job, else the stored record (a running one whose server has stopped
+        renewing its lease reads as interrupted: nothing runs it)."""
         job = self.jobs.get(research_id)
         if job is not None:
             return job
         rec = await self.store.get(research_id)
         if rec is None:
             raise UnknownResearch(research_id)
+        if rec.status in ("queued", "running") and not rec.leased:
+            rec = rec.model_copy(update={"status": "interrupted"})
         return rec
+
+
+@functools.cache
+def _machine() -> str:
+    """This boot of this machine and this pid namespace: where a pid means the same process."""
+    import hashlib
+
+    parts = [socket.gethostname()]
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(open(path).read().strip() if path.endswith("boot_id") else str(os.stat(path).st_ino))
+        except OSError:
+            parts.append("?")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:8]
+
+
+def owner_id() -> str:
+    """A server instance's owner id: host:pid:machine:random (readable in logs and error messages)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_machine()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True only when `owner` ran in this machine's pid namespace and its process is gone. Anything
+    else (another host or container, a pid reused by a live process) is False: wait for the lease."""
+    try:
+        _host, pid, machine, _ = owner.rsplit(":", 3)
+        pid_n = int(pid)
+    except ValueError:
+        return False
+    if machine != _machine() or pid_n == os.getpid():
+        return False
+    try:
+        os.kill(pid_n, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, someone else's
+        return False
+    return False
+
+
+def _owned_elsewhere(rec: ResearchRecord) -> str:
+    return (f"research {rec.research_id} is running on another server ({rec.owner}); research_status "
+            "follows it from here, and it is resumed here only if that server stops renewing its lease")
 
 
 def _jsonable(event: dict[str, Any]) -> dict[str, Any]:

@@ -8,6 +8,11 @@ list, report and resume researches after a restart without loading checkpoints.
 SQLite files in the data directory by default; Postgres when DEEP_RESEARCH_DATABASE_URL (or the
 `url` argument) is a postgresql:// URL, for servers that run on several machines. Nothing here
 imports LangGraph at module import time: the MCP server imports this module on a cold start.
+
+Several servers may share one store. Each unfinished record carries its owner (a server instance)
+and a lease the owner keeps renewing; another server takes a research over only once its lease has
+expired, by an atomic conditional UPDATE (one winner). Lease times come from the database's clock,
+so replicas on different machines need not agree on the time.
 """
 
 from __future__ import annotations
@@ -96,15 +101,28 @@ class ResearchRecord(BaseModel):
     progress: dict[str, Any] | None = None
     result: dict[str, Any] | None = None
     error: str | None = None
+    owner: str | None = Field(None, description="The server instance running it (while it runs).")
+    lease_expires_at: float | None = Field(None, description="Database time; the owner renews it.")
+    cancel_requested_at: float | None = Field(None, description="Set when another server asked to cancel.")
+    lease_left_s: float | None = Field(None, description="Seconds of lease left when read (negative: expired).")
 
     @property
     def finished(self) -> bool:
         return self.status not in UNFINISHED
 
+    @property
+    def leased(self) -> bool:
+        """True while an owner holds a live lease on this research (it is running somewhere)."""
+        return self.owner is not None and self.lease_left_s is not None and self.lease_left_s > 0
+
 
 _COLUMNS = ("research_id", "question", "status", "created_at", "updated_at", "settings", "progress",
-            "result", "error")
+            "result", "error", "owner", "lease_expires_at", "cancel_requested_at")
 _JSON = ("settings", "progress", "result")
+# columns added after the first release, with their types: migrated in place when missing
+_ADDED = {"owner": "TEXT", "lease_expires_at": "DOUBLE PRECISION", "cancel_requested_at": "DOUBLE PRECISION"}
+_LIVE = ("queued", "running")  # statuses an owner holds a lease on
+_RESUMABLE = ("queued", "running", "interrupted", "failed")
 
 
 def _row(rec: ResearchRecord) -> tuple:
@@ -113,7 +131,7 @@ def _row(rec: ResearchRecord) -> tuple:
 
 
 def _record(row: Any) -> ResearchRecord:
-    d = dict(zip(_COLUMNS, row)) if not isinstance(row, dict) else dict(row)
+    d = dict(zip((*_COLUMNS, "lease_left_s"), row)) if not isinstance(row, dict) else dict(row)
     for c in _JSON:
         if isinstance(d.get(c), str):
             d[c] = json.loads(d[c])
@@ -122,52 +140,152 @@ def _record(row: Any) -> ResearchRecord:
 
 
 class ResearchStore(ABC):
-    """Research records that survive restarts. Open with `open_store()`."""
+    """Research records that survive restarts, shared safely by several servers. Open with `open_store()`.
+
+    Writes that pass `owner` only apply while that owner still holds the research: a server that
+    lost its lease (it stalled and another server took over) cannot overwrite the new owner's work.
+    """
+
+    _mark = "?"  # the driver's parameter placeholder
+    _now = ""  # SQL for the database's clock in epoch seconds
 
     async def create(self, research_id: str, question: str, settings: dict[str, Any] | None = None,
-                     status: RecordStatus = "queued") -> ResearchRecord:
-        """Insert a new record (a research id is used once)."""
+                     status: RecordStatus = "queued", *, owner: str | None = None,
+                     lease_s: float = 0.0) -> ResearchRecord:
+        """Insert a new record (a research id is used once), leased to `owner` when given."""
         rec = ResearchRecord(research_id=research_id, question=question, status=status,
                              settings=settings or {})
         await self._insert(rec)
+        if owner is not None:
+            await self._exec(f"UPDATE researches SET owner = {self._mark}, lease_expires_at = {self._now} + "
+                             f"{self._mark} WHERE research_id = {self._mark}", (owner, lease_s, research_id))
         return rec
 
     async def update_progress(self, research_id: str, progress: dict[str, Any],
-                              status: RecordStatus | None = None) -> None:
+                              status: RecordStatus | None = None, *, owner: str | None = None) -> bool:
         """Record the latest progress event (and optionally a new status) of an unfinished run."""
-        await self._update(research_id, progress=progress, status=status)
+        return await self._update(research_id, owner, progress=progress, status=status)
 
-    async def set_status(self, research_id: str, status: RecordStatus) -> None:
-        await self._update(research_id, status=status)
+    async def set_status(self, research_id: str, status: RecordStatus, *, owner: str | None = None) -> bool:
+        return await self._update(research_id, owner, status=status)
 
     async def finish(self, research_id: str, status: RecordStatus, result: dict[str, Any] | None = None,
-                     error: str | None = None) -> None:
-        """Store the outcome: a ResearchResult dump, or an error message when there is none."""
-        await self._update(research_id, status=status, result=result, error=error)
+                     error: str | None = None, *, owner: str | None = None) -> bool:
+        """Store the outcome (a ResearchResult dump, or an error message when there is none) and
+        release the lease. False when `owner` no longer holds the research."""
+        return await self._update(research_id, owner, status=status, result=result, error=error,
+                                  lease_expires_at=0.0)
 
     async def mark_interrupted(self) -> list[str]:
-        """Flag every queued or running record as interrupted (after a crash, or at shutdown)."""
-        ids = [r.research_id for r in await self.list_unfinished() if r.status != "interrupted"]
-        for rid in ids:
-            await self._update(rid, status="interrupted")
+        """Flag queued or running records whose owner is gone (lease expired, or none: written by a
+        server without leases) as interrupted. Researches live on other servers are left alone."""
+        m = self._mark
+        expired = await self._select(f"WHERE status IN ({', '.join([m] * len(_LIVE))}) AND "
+                                     f"{self._expired}", _LIVE, "ORDER BY created_at")
+        ids = []
+        for rec in expired:  # each row re-checked under the write: an owner may have renewed meanwhile
+            if await self._exec(f"UPDATE researches SET status = 'interrupted', updated_at = {m} "
+                                f"WHERE research_id = {m} AND status IN ('queued', 'running') AND "
+                                f"{self._expired}", (time.time(), rec.research_id)):
+                ids.append(rec.research_id)
         return ids
 
-    @abstractmethod
-    async def get(self, research_id: str) -> ResearchRecord | None: ...
+    async def claim(self, research_id: str, owner: str, lease_s: float) -> bool:
+        """Take a research over to run it: atomically, and only when nobody holds a live lease on it
+        (or `owner` already does). Sets it queued with a fresh lease. True for the one winner."""
+        m = self._mark
+        return await self._exec(
+            f"UPDATE researches SET owner = {m}, lease_expires_at = {self._now} + {m}, status = 'queued', "
+            f"cancel_requested_at = NULL, error = NULL, updated_at = {m} WHERE research_id = {m} AND "
+            f"status IN ({', '.join([m] * len(_RESUMABLE))}) AND (owner = {m} OR {self._expired})",
+            (owner, lease_s, time.time(), research_id, *_RESUMABLE, owner))
 
-    @abstractmethod
+    async def renew(self, research_id: str, owner: str, lease_s: float,
+                    progress: dict[str, Any] | None = None) -> bool:
+        """Extend `owner`'s lease (and store its latest progress). False when it no longer owns it."""
+        m = self._mark
+        sets, params = f"lease_expires_at = {self._now} + {m}, updated_at = {m}", [lease_s, time.time()]
+        if progress is not None:
+            sets += f", progress = {m}"
+            params.append(json.dumps(progress))
+        return await self._exec(f"UPDATE researches SET {sets} WHERE research_id = {m} AND owner = {m} AND "
+                                f"status IN ('queued', 'running')", (*params, research_id, owner))
+
+    async def release(self, owner: str) -> list[str]:
+        """At a clean shutdown: mark what `owner` still holds interrupted, with its lease expired,
+        so another server can resume it at once."""
+        m = self._mark
+        held = await self._select(f"WHERE owner = {m} AND status IN ('queued', 'running')", (owner,))
+        await self._exec(f"UPDATE researches SET status = 'interrupted', lease_expires_at = 0, updated_at = {m} "
+                         f"WHERE owner = {m} AND status IN ('queued', 'running')", (time.time(), owner))
+        await self._exec(f"UPDATE researches SET lease_expires_at = 0 WHERE owner = {m} AND "
+                         f"status = 'interrupted'", (owner,))
+        return [r.research_id for r in held]
+
+    async def expire(self, research_id: str, owner: str) -> bool:
+        """End `owner`'s lease now (its process is known to be dead)."""
+        m = self._mark
+        return await self._exec(f"UPDATE researches SET lease_expires_at = 0 WHERE research_id = {m} AND "
+                                f"owner = {m}", (research_id, owner))
+
+    async def request_cancel(self, research_id: str) -> bool:
+        """Ask the owner of a running research to cancel it (it checks at its next lease renewal)."""
+        m = self._mark
+        return await self._exec(f"UPDATE researches SET cancel_requested_at = {self._now} WHERE "
+                                f"research_id = {m} AND status IN ('queued', 'running')", (research_id,))
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        """Ids of `owner`'s running researches that another server asked to cancel."""
+        m = self._mark
+        rows = await self._select(f"WHERE owner = {m} AND status IN ('queued', 'running') AND "
+                                  "cancel_requested_at IS NOT NULL", (owner,))
+        return [r.research_id for r in rows]
+
+    async def get(self, research_id: str) -> ResearchRecord | None:
+        rows = await self._select(f"WHERE research_id = {self._mark}", (research_id,))
+        return rows[0] if rows else None
+
     async def list_recent(self, limit: int = 20) -> list[ResearchRecord]:
         """Newest first."""
+        return await self._select("", (), f"ORDER BY created_at DESC LIMIT {int(limit)}")
 
-    @abstractmethod
     async def list_unfinished(self) -> list[ResearchRecord]:
         """Queued, running or interrupted records, oldest first."""
+        marks = ", ".join([self._mark] * len(UNFINISHED))
+        return await self._select(f"WHERE status IN ({marks})", UNFINISHED, "ORDER BY created_at")
+
+    async def list_orphaned(self) -> list[ResearchRecord]:
+        """Unfinished records nobody holds a live lease on: what auto-resume may claim, oldest first."""
+        marks = ", ".join([self._mark] * len(UNFINISHED))
+        return await self._select(f"WHERE status IN ({marks}) AND {self._expired}", UNFINISHED,
+                                  "ORDER BY created_at")
+
+    @property
+    def _expired(self) -> str:
+        return f"(owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < {self._now})"
+
+    @property
+    def _columns(self) -> str:
+        return f"{', '.join(_COLUMNS)}, lease_expires_at - {self._now} AS lease_left_s"
+
+    async def _insert(self, rec: ResearchRecord) -> None:
+        await self._exec(f"INSERT INTO researches ({', '.join(_COLUMNS)}) VALUES "
+                         f"({', '.join([self._mark] * len(_COLUMNS))})", _row(rec))
+
+    async def _update(self, research_id: str, owner: str | None = None, **fields: Any) -> bool:
+        changes = self._changes(fields)
+        m = self._mark
+        sets = ", ".join(f"{k} = {m}" for k in changes)
+        fence, params = ("", ()) if owner is None else (f" AND owner = {m}", (owner,))
+        return await self._exec(f"UPDATE researches SET {sets} WHERE research_id = {m}{fence}",
+                                (*changes.values(), research_id, *params))
 
     @abstractmethod
-    async def _insert(self, rec: ResearchRecord) -> None: ...
+    async def _exec(self, sql: str, params: tuple) -> bool:
+        """Run one write; True when it changed a row."""
 
     @abstractmethod
-    async def _update(self, research_id: str, **fields: Any) -> None: ...
+    async def _select(self, where: str, params: tuple, tail: str = "") -> list[ResearchRecord]: ...
 
     @abstractmethod
     async def aclose(self) -> None: ...
@@ -196,7 +314,11 @@ _INDEX = "CREATE INDEX IF NOT EXISTS researches_created ON researches (created_a
 
 
 class SqliteResearchStore(ResearchStore):
-    """Records in a SQLite file (WAL), one shared aiosqlite connection."""
+    """Records in a SQLite file (WAL), one shared aiosqlite connection per server. Several server
+    processes on one machine may share the file: SQLite serialises their writes."""
+
+    _mark = "?"
+    _now = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def __init__(self, path: Path | str):
         self.path = str(path)
@@ -211,38 +333,27 @@ class SqliteResearchStore(ResearchStore):
         await self._db.execute("PRAGMA busy_timeout=5000")
         await self._db.execute(_SCHEMA)
         await self._db.execute(_INDEX)
+        async with self._db.execute("PRAGMA table_info(researches)") as cur:
+            have = {row[1] for row in await cur.fetchall()}
+        for name, kind in _ADDED.items():
+            if name not in have:
+                try:
+                    await self._db.execute(f"ALTER TABLE researches ADD COLUMN {name} {kind}")
+                except Exception as e:  # another process added it first
+                    if "duplicate column" not in str(e):
+                        raise
         await self._db.commit()
         return self
 
-    async def _insert(self, rec: ResearchRecord) -> None:
+    async def _exec(self, sql: str, params: tuple) -> bool:
         async with self._lock:
-            await self._db.execute(f"INSERT INTO researches ({', '.join(_COLUMNS)}) VALUES "
-                                   f"({', '.join('?' * len(_COLUMNS))})", _row(rec))
+            cur = await self._db.execute(sql, params)
             await self._db.commit()
-
-    async def _update(self, research_id: str, **fields: Any) -> None:
-        changes = self._changes(fields)
-        sets = ", ".join(f"{k} = ?" for k in changes)
-        async with self._lock:
-            await self._db.execute(f"UPDATE researches SET {sets} WHERE research_id = ?",
-                                   (*changes.values(), research_id))
-            await self._db.commit()
+            return cur.rowcount > 0
 
     async def _select(self, where: str, params: tuple, tail: str = "") -> list[ResearchRecord]:
-        async with self._db.execute(f"SELECT {', '.join(_COLUMNS)} FROM researches {where} {tail}",
-                                    params) as cur:
+        async with self._db.execute(f"SELECT {self._columns} FROM researches {where} {tail}", params) as cur:
             return [_record(r) for r in await cur.fetchall()]
-
-    async def get(self, research_id: str) -> ResearchRecord | None:
-        rows = await self._select("WHERE research_id = ?", (research_id,))
-        return rows[0] if rows else None
-
-    async def list_recent(self, limit: int = 20) -> list[ResearchRecord]:
-        return await self._select("", (), f"ORDER BY created_at DESC LIMIT {int(limit)}")
-
-    async def list_unfinished(self) -> list[ResearchRecord]:
-        marks = ", ".join("?" * len(UNFINISHED))
-        return await self._select(f"WHERE status IN ({marks})", UNFINISHED, "ORDER BY created_at")
 
     async def aclose(self) -> None:
         if self._db is not None:
@@ -253,6 +364,9 @@ class SqliteResearchStore(ResearchStore):
 class PostgresResearchStore(ResearchStore):
     """Records in a Postgres table, through a small psycopg connection pool."""
 
+    _mark = "%s"
+    _now = "extract(epoch from clock_timestamp())::double precision"
+
     def __init__(self, url: str):
         self._pool = _pg_pool(url, max_size=4)
 
@@ -261,34 +375,23 @@ class PostgresResearchStore(ResearchStore):
         async with self._pool.connection() as conn:
             await conn.execute(_SCHEMA)
             await conn.execute(_INDEX)
+            cur = await conn.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                     "table_name = 'researches' AND table_schema = current_schema()")
+            have = {row["column_name"] for row in await cur.fetchall()}
+            for name, kind in _ADDED.items():  # ALTER only when missing: it locks the table
+                if name not in have:
+                    await conn.execute(f"ALTER TABLE researches ADD COLUMN IF NOT EXISTS {name} {kind}")
         return self
 
-    async def _insert(self, rec: ResearchRecord) -> None:
+    async def _exec(self, sql: str, params: tuple) -> bool:
         async with self._pool.connection() as conn:
-            await conn.execute(f"INSERT INTO researches ({', '.join(_COLUMNS)}) VALUES "
-                               f"({', '.join(['%s'] * len(_COLUMNS))})", _row(rec))
-
-    async def _update(self, research_id: str, **fields: Any) -> None:
-        changes = self._changes(fields)
-        sets = ", ".join(f"{k} = %s" for k in changes)
-        async with self._pool.connection() as conn:
-            await conn.execute(f"UPDATE researches SET {sets} WHERE research_id = %s",
-                               (*changes.values(), research_id))
+            cur = await conn.execute(sql, params)
+            return cur.rowcount > 0
 
     async def _select(self, where: str, params: tuple, tail: str = "") -> list[ResearchRecord]:
         async with self._pool.connection() as conn:
-            cur = await conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM researches {where} {tail}", params)
+            cur = await conn.execute(f"SELECT {self._columns} FROM researches {where} {tail}", params)
             return [_record(r) for r in await cur.fetchall()]
-
-    async def get(self, research_id: str) -> ResearchRecord | None:
-        rows = await self._select("WHERE research_id = %s", (research_id,))
-        return rows[0] if rows else None
-
-    async def list_recent(self, limit: int = 20) -> list[ResearchRecord]:
-        return await self._select("", (), f"ORDER BY created_at DESC LIMIT {int(limit)}")
-
-    async def list_unfinished(self) -> list[ResearchRecord]:
-        return await self._select("WHERE status = ANY(%s)", (list(UNFINISHED),), "ORDER BY created_at")
 
     async def aclose(self) -> None:
         await self._pool.close()

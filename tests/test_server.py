@@ -56,7 +56,7 @@ async def test_deep_research_end_to_end_with_progress_in_order(mode):
     assert not r.is_error
     out = r.structured_content
     assert out["status"] == "complete" and out["research_id"]
-    assert "[1]" in out["report"] and out["sources"] and out["stats"]["llm_calls"] >= 3
+    assert "[1]" in out["report"] and out["sources"] and out["stats"]["llm_calls"] >= 2  # plan, write
     assert r.content[0].text == out["report"]  # the markdown also as text, for clients that show text
     numbers = [p for p, _ in seen]
     assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers)
@@ -78,8 +78,7 @@ async def test_heartbeats_while_a_stage_runs_and_running_answer_after_the_wait_l
                               progress_callback=on_progress)
         out = r.structured_content
         assert out["status"] == "running" and out["report"] == ""
-        assert "research_status" in out["next_step"] and out["progress"]["stage"] in ("planning", "searching",
-                                                                                        "extracting", "starting")
+        assert "research_status" in out["next_step"] and out["progress"]["stage"] not in ("queued", "done")
         assert any("still working" in m for m in messages)
         # the research goes on without the call; collect it by id
         r = await c.call_tool("research_status", {"research_id": out["research_id"], "wait_s": 30})
@@ -160,11 +159,12 @@ async def test_interrupted_research_resumes_from_its_checkpoint():
 
 
 async def test_auto_resume_at_startup():
-    slow = OfflineModels(latency_s=0.25)
+    slow = OfflineModels(latency_s=0.5, sufficient=2)
     async with memory_server(slow) as srv, Client(srv) as c:
-        rid = (await c.call_tool("deep_research", {"question": QUESTION, "depth": "quick", "wait": False})
+        rid = (await c.call_tool("deep_research", {"question": QUESTION, "depth": "standard", "wait": False})
                ).structured_content["research_id"]
-        await _wait_for_stage(c, rid, {"searching", "extracting"})
+        out = await _wait_for_stage(c, rid, {"searching", "extracting", "reflecting"})
+        assert out["status"] == "running"  # the shutdown below must interrupt it, or nothing is tested
     from graph.jobs import ServerSettings, open_jobs
 
     jobs, stack = await open_jobs(ServerSettings(warm_up=False), prepare=OfflineModels(), auto_resume=True)
