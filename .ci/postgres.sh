@@ -13,7 +13,7 @@ version=$(ls /usr/lib/postgresql | sort -V | tail -1)
 if ! pg_lsclusters -h | grep -q "^$version main"; then
   pg_createcluster "$version" main >&2
 fi
-pg_ctlcluster "$version" main start 2>/dev/null || true   # already running is fine
+pg_ctlcluster "$version" main start >&2 2>&1 || true   # "already running" is fine; stdout carries only the URL
 for _ in $(seq 30); do pg_isready -q -h 127.0.0.1 && break; sleep 0.5; done
 pg_isready -q -h 127.0.0.1 || { echo "postgres: server did not start" >&2; exit 1; }
 
