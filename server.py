@@ -222,7 +222,8 @@ def create_server(jobs: ResearchJobs, **kwargs: Any) -> ResearchServer:
                                              destructive_hint=False, idempotent_hint=True))
     async def cancel_research(research_id: Annotated[str, Field(min_length=1, max_length=64)]
                               ) -> Annotated[CallToolResult, ResearchOutput]:
-        """Stop a running research and keep what it found: a partial report from the sources read so far."""
+        """Stop a running research and keep what it found: a partial report from the sources read so far.
+        Works from any server replica sharing the research store."""
         with _tool_errors():
             return answer(await jobs.cancel(research_id))
 
@@ -252,6 +253,7 @@ def create_server(jobs: ResearchJobs, **kwargs: Any) -> ResearchServer:
     ) -> SearchResultsOut:
         """Search the web: ranked results with title, URL, snippet and date. Fast and cheap; use
         read_page to read a result, deep_research for a cited report."""
+        await _import("tools.search")
         from graph.settings import make_settings
         from tools.base import validate_request
         from tools.search import search_all
@@ -273,6 +275,7 @@ def create_server(jobs: ResearchJobs, **kwargs: Any) -> ResearchServer:
     ) -> PageOut:
         """Read a web page or PDF as markdown, max_chars at a time; total_chars and next_start say
         how to read on."""
+        await _import("tools.reader")
         from tools.reader import read_page as read
 
         with _tool_errors():
@@ -301,6 +304,14 @@ def create_server(jobs: ResearchJobs, **kwargs: Any) -> ResearchServer:
                             status_code=503 if jobs.closing else 200)
 
     return server
+
+
+async def _import(module: str) -> None:
+    # heavy modules import in a thread: the event loop keeps serving other requests meanwhile (also
+    # while the warm-up thread is halfway through the same import: `from x import y` would wait on it)
+    import importlib
+
+    await asyncio.to_thread(importlib.import_module, module)
 
 
 async def _find(jobs: ResearchJobs, research_id: str) -> Job | ResearchRecord:
@@ -347,6 +358,8 @@ def output_of(found: Job | ResearchRecord) -> ResearchOutput:
     else:
         rid, question, status, result, error = found.research_id, found.question, found.status, found.result, found.error
         progress, elapsed = found.progress or {}, round(found.updated_at - found.created_at, 1)
+        if found.cancel_requested_at and not found.finished:
+            error = f"cancel requested; the server running it ({found.owner}) stops it within seconds"
     if result and status in ("complete", "partial", "failed"):
         return ResearchOutput.model_validate({**result, "research_id": rid, "status": result["status"]})
     hint = {"interrupted": f"call resume_research(research_id={rid!r}) to continue from its last step",
@@ -507,6 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve_stdio(config: ServerSettings, auto_resume: bool) -> int:
     jobs, stack = await open_jobs(config, auto_resume=auto_resume)
     server = create_server(jobs)
+    if config.warm_up:
+        jobs.warm_up()
     _on_signals(lambda: asyncio.ensure_future(_stop_stdio(stack)))
     try:
         await server.run_stdio_async()  # returns when the client closes stdin
@@ -553,6 +568,8 @@ async def _serve_http(args: argparse.Namespace, config: ServerSettings, tokens: 
 
     jobs, stack = await open_jobs(config, auto_resume=auto_resume)
     server = create_server(jobs)
+    if config.warm_up:
+        jobs.warm_up()
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*", *args.allowed_host]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*", *args.allowed_origin]
     remote = not _is_loopback(args.host)

@@ -147,6 +147,7 @@ class ResearchJobs:
         self._ck_lock = asyncio.Lock()
         self._background: set[asyncio.Task] = set()
         self.owner = owner_id()
+        self._imported: asyncio.Task | None = None
         self.auto_resume = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -159,8 +160,6 @@ class ResearchJobs:
         stale = await self.store.mark_interrupted()
         if stale:
             log.info("%d research(es) were interrupted by a crash or shutdown: %s", len(stale), ", ".join(stale))
-        if self.config.warm_up:
-            self._spawn(self._warm_up())
         self._spawn(self._log_loop())
         if auto_resume:
             await self.resume_unfinished()
@@ -200,16 +199,17 @@ class ResearchJobs:
         task.add_done_callback(self._background.discard)
         return task
 
-    async def _warm_up(self) -> None:
-        # import what the first research needs, in a thread: the loop keeps answering meanwhile. The
-        # import lock makes a research that starts first wait for these imports, not repeat them.
-        import importlib
+    def warm_up(self) -> None:
+        """Start importing what a research needs (LangGraph, LangChain, providers, the page reader)
+        in a thread, now. The server calls it once it is up (config.warm_up)."""
+        if self._imported is None:
+            self._imported = self._spawn(asyncio.to_thread(_import_research_modules))
 
-        for name in ("graph.runner", "tools.providers", "tools.search", "tools.reader", "trafilatura"):
-            try:
-                await asyncio.to_thread(importlib.import_module, name)
-            except Exception as e:  # a broken optional module shows up on first use, with its error
-                log.debug("warm-up: %s not imported: %s", name, e)
+    async def _imports(self) -> None:
+        # research code imports in a thread, never on the loop: a first call that arrives during the
+        # warm-up waits for it here while other requests are still answered
+        self.warm_up()
+        await asyncio.shield(self._imported)
 
     async def _lease_loop(self) -> None:
         """Renew our leases (with the latest progress), honour cancels asked of other replicas, and
@@ -273,6 +273,7 @@ class ResearchJobs:
 
     async def submit(self, question: str, overrides: dict[str, Any], *, client: str = "local") -> Job:
         """Validate, admit, record and start a research; returns at once."""
+        await self._imports()
         from graph.runner import new_research_id, validate_question
         from graph.settings import make_settings
 
@@ -342,6 +343,7 @@ class ResearchJobs:
     # -- running -----------------------------------------------------------------------------
 
     async def _run(self, job: Job, resume: bool) -> None:
+        await self._imports()
         from graph.llm import LLMError
         from graph.runner import ResearchRun
         from graph.settings import SettingsError, make_settings
@@ -486,6 +488,16 @@ class ResearchJobs:
         if rec.status in ("queued", "running") and not rec.leased:
             rec = rec.model_copy(update={"status": "interrupted"})
         return rec
+
+
+def _import_research_modules() -> None:
+    import importlib
+
+    for name in ("graph.runner", "tools.providers", "tools.search", "tools.reader", "trafilatura"):
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # a broken optional module shows up on first use, with its error
+            log.debug("warm-up: %s not imported: %s", name, e)
 
 
 @functools.cache
