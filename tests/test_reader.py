@@ -328,3 +328,24 @@ async def test_render_js_without_playwright_says_how_to_install(web, open_settin
     s = open_settings.model_copy(update={"render_js": True})
     with pytest.raises(ProviderError, match="Playwright is not installed"):
         await read_page(f"{web.url}/pages/article.html", settings=s)
+
+
+# ---------------------------------------------------------------- ranking a page's passages
+
+
+def test_page_passage_scores_match_the_bm25s_index():
+    """rank_passages scores a page in plain Python; it must rank exactly as the bm25s index does."""
+    from tools.passages import BM25Index, rank_passages, small_bm25_scores, split_passages
+
+    text = "\n\n".join(
+        f"Paragraph {k} on sea walls. Concrete profiles and {'tidal monitoring ' * (k % 3)}stations "
+        f"report {k * 7}% less erosion in the harbour." for k in range(1, 13))
+    passages = split_passages(text, target_chars=200)
+    assert len(passages) > 4
+    for query in ("tidal monitoring monitoring", "sea walls erosion", "concrete", "the of and", "unrelated words"):
+        ours = small_bm25_scores(query, passages)
+        theirs = BM25Index(passages).scores(query)
+        assert ours == pytest.approx(theirs, abs=1e-5)
+    best = rank_passages("tidal monitoring", passages, 3)
+    assert [i for i, _ in best] == [i for i, _ in BM25Index(passages).top("tidal monitoring", 3)]
+    assert rank_passages("unrelated words", passages, 2) == [(0, 0.0), (1, 0.0)]  # the opening passages
