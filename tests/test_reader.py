@@ -349,3 +349,34 @@ def test_page_passage_scores_match_the_bm25s_index():
     best = rank_passages("tidal monitoring", passages, 3)
     assert [i for i, _ in best] == [i for i, _ in BM25Index(passages).top("tidal monitoring", 3)]
     assert rank_passages("unrelated words", passages, 2) == [(0, 0.0), (1, 0.0)]  # the opening passages
+
+
+async def test_pool_liveness_probe_sees_a_connection_the_server_closed():
+    """ProbedStream answers httpcore's "is_readable" probe from the socket: False while a kept-alive
+    connection is idle and open, True once the server has closed it (so the pool drops it)."""
+    from tools.reader import GuardedBackend
+
+    closed = asyncio.Event()
+    writers = []
+
+    async def serve(reader, writer):
+        writers.append(writer)
+        await closed.wait()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stream = await GuardedBackend(allow_private=True).connect_tcp("127.0.0.1", port, timeout=5)
+    try:
+        assert stream.get_extra_info("is_readable") is False
+        assert stream.get_extra_info("server_addr")[1] == port  # other lookups still reach anyio
+        closed.set()
+        for _ in range(100):
+            if stream.get_extra_info("is_readable"):
+                break
+            await asyncio.sleep(0.01)
+        assert stream.get_extra_info("is_readable") is True
+    finally:
+        await stream.aclose()
+        server.close()
+        await server.wait_closed()

@@ -18,6 +18,7 @@ import io
 import ipaddress
 import logging
 import re
+import select
 import shutil
 import socket
 import ssl
@@ -107,6 +108,50 @@ async def system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(info[4][0] for info in infos))
 
 
+def _socket_readable(sock: socket.socket | None) -> bool:
+    """True when a read would not block: data or EOF waiting (a closed socket counts as readable)."""
+    fd = sock.fileno() if sock is not None else -1
+    if fd < 0:
+        return True
+    if not hasattr(select, "poll"):  # Windows
+        return bool(select.select([fd], [], [], 0)[0])
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+class ProbedStream(httpcore.AsyncNetworkStream):
+    """httpcore's AnyIO stream, answering the pool's "is_readable" probe from the socket directly.
+
+    The pool probes every connection it holds each time it assigns a request (several times per
+    request), and anyio rebuilds its whole attribute table (getpeername included) for each lookup:
+    with a round's 10-20 page reads in flight that bookkeeping cost as much CPU as parsing a page.
+    The answer is the same: the raw TCP socket's readability, under TLS too.
+    """
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream):
+        self._inner = inner
+        self._sock = inner.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        return ProbedStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str):
+        if info == "is_readable":
+            return _socket_readable(self._sock)
+        return self._inner.get_extra_info(info)
+
+
 class GuardedBackend(httpcore.AsyncNetworkBackend):
     """Resolves, checks, then connects to the checked address (never re-resolving the name).
 
@@ -148,8 +193,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         for ip in await self.checked_addresses(host, port):
             target = self.route(ip) if self.route else ip
             try:
-                return await self._inner.connect_tcp(target, port, timeout=timeout, local_address=local_address,
-                                                     socket_options=socket_options)
+                return ProbedStream(await self._inner.connect_tcp(
+                    target, port, timeout=timeout, local_address=local_address, socket_options=socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as e:
                 error = e
         assert error is not None
