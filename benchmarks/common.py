@@ -324,3 +324,83 @@ def environment() -> dict[str, Any]:
         commit = None
     return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
             "commit": commit, "libraries": libs}
+
+
+# -- our MCP server over HTTP in a subprocess (load benchmark, crash test, server tests) -------------
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerProcess:
+    """`server.py --transport http` in a subprocess. The port stays the same across restarts, as a
+    supervisor would restart it; output is appended to `log` (or dropped when log is None)."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None, *args: str, port: int | None = None):
+        self.env, self.log, self.args = env, log, args
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.url}/mcp"
+
+    def start(self, *extra: str, limit_s: float = 30) -> "ServerProcess":
+        """Spawn the server and return once /healthz answers; RuntimeError with the log tail if not."""
+        import httpx
+
+        sink = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        try:
+            self.proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "--transport", "http",
+                                          "--port", str(self.port), *self.args, *extra],
+                                         cwd=ROOT, env=self.env, stdout=sink, stderr=subprocess.STDOUT)
+        finally:
+            if self.log:
+                sink.close()  # the child holds its own copy of the descriptor
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server.py exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"server.py did not answer /healthz within {limit_s:.0f} s:\n{self.tail()}")
+
+    def kill9(self) -> None:
+        """A crash, not a stop: no shutdown hook runs."""
+        import signal
+
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def tail(self, lines: int = 30) -> str:
+        if not self.log or not self.log.exists():
+            return "(no log)"
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def __enter__(self) -> "ServerProcess":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

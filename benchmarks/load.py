@@ -15,7 +15,7 @@ call, search and page fetch takes a fixed time (fakellm, fakesearch). Printed:
                             / the super-steps on that path, p50 and p95 (target <= 5 ms)
 
 How the framework cost is estimated: the critical path of one research is fixed by the graph's shape,
-(rounds + 2) sequential LLM calls (plan, one extract/reflect step per round, the report) plus a search
+(rounds + 1) sequential LLM calls (plan, one extract/reflect step per round but the last, the report) plus a search
 and a page read per round; the benchmark checks that model against the instrument's logs on a lone
 warm run. The super-steps on that path are counted from the server's own checkpoints (one row per
 step of the parent graph, plus one sub-query pipeline per round). What is left after subtracting
@@ -35,9 +35,7 @@ import argparse
 import asyncio
 import math
 import os
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -50,8 +48,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import (InstrumentMissing, critical_path, environment, find_bench_dir, print_table,
-                               start_instrument, write_json)
+from benchmarks.common import (InstrumentMissing, ServerProcess, critical_path, environment, find_bench_dir,
+                               print_table, start_instrument, write_json)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [
@@ -70,43 +68,8 @@ MB = 1024 * 1024
 
 # -- the server under test -------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerProcess:
-    """server.py --transport http in a subprocess, with its data directory and log in `folder`."""
-
-    def __init__(self, folder: Path, env: dict[str, str], stateless: bool):
-        self.folder = folder
-        self.port = free_port()
-        self.log = folder / "server.log"
-        args = [sys.executable, str(ROOT / "server.py"), "--transport", "http", "--port", str(self.port)]
-        with open(self.log, "w") as sink:
-            self.proc = subprocess.Popen(args + (["--stateless"] if stateless else []), cwd=ROOT,
-                                         env=env, stdout=sink, stderr=subprocess.STDOUT)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait_ready(self, limit_s: float = 60) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server.py exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"server.py did not answer /healthz within {limit_s:.0f} s:\n{self.tail()}")
-
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+class LoadServer(ServerProcess):
+    """The shared server subprocess, plus the /proc readings this benchmark reports."""
 
     def cpu_s(self) -> float:
         """User + system CPU seconds the server has used so far, from /proc/<pid>/stat."""
@@ -124,20 +87,11 @@ class ServerProcess:
                     out[key] = int(value.split()[0]) * 1024
         return out
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 class Sampler(threading.Thread):
     """Samples the server's RSS and /healthz's count of unfinished researches until stopped."""
 
-    def __init__(self, server: ServerProcess, every_s: float = 0.1):
+    def __init__(self, server: LoadServer, every_s: float = 0.1):
         super().__init__(daemon=True)
         self.server, self.every_s = server, every_s
         self.peak_rss = 0
@@ -222,9 +176,10 @@ async def load_phase(url: str, calls: list[Call], concurrency: int, depth: str, 
 # -- analysis --------------------------------------------------------------------------------------
 
 def critical_injected_s(rounds: int, llm: float, search: float, page: float) -> float:
-    """Injected latency on one research's critical path: plan, then per round a search, the page
-    reads (concurrent) and the extract/reflect step, then the report."""
-    return (rounds + 2) * llm + rounds * (search + page)
+    """Injected latency on one research's critical path: plan, then per round a search and the page
+    reads (concurrent), an extract/reflect step after every round but the last (the writer reads the
+    last round's passages itself), then the report."""
+    return (rounds + 1) * llm + rounds * (search + page)
 
 
 @dataclass
@@ -307,9 +262,9 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
                     # the per-provider pace protects real vendors; the fake engine needs none
                     "DEEP_RESEARCH_RATE_LIMIT_PER_S": str(opts.search_rate),
                     "DEEP_RESEARCH_LOG_LEVEL": "WARNING"})
-        server = ServerProcess(folder, env, opts.stateless)
+        server = LoadServer(env, folder / "server.log", *(["--stateless"] if opts.stateless else []))
         try:
-            server.wait_ready()
+            server.start(limit_s=60)
             # warm-up: imports, connection pools and the first structured-output probe stay out of the figures
             warm = Call(-1, QUESTIONS[0] + " (warm-up)")
             await one_research(server.url, warm, opts.depth, 120)

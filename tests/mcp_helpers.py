@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from benchmarks.common import ServerProcess
 from graph.jobs import ServerSettings, open_jobs
 from graph.testing import ResearchResponder, ScriptedChatModel, sample_corpus_dir
 from tools.providers.local import LocalProvider
@@ -53,12 +49,6 @@ async def memory_server(models: OfflineModels | None = None, **config: Any) -> A
         await stack.aclose()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def server_env(llm_base_url: str, data_dir: Path | str, **extra: str) -> dict[str, str]:
     """Environment for a fully offline server subprocess: local LLM endpoint, local corpus."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DEEP_RESEARCH_", "OPENAI_", "TAVILY_"))}
@@ -73,32 +63,7 @@ def server_env(llm_base_url: str, data_dir: Path | str, **extra: str) -> dict[st
 def http_server(env: dict[str, str], *args: str, port: int | None = None,
                 log: Path | None = None) -> Iterator[tuple[subprocess.Popen, str]]:
     """`python server.py --transport http` on a free port; yields (process, base URL) once /healthz answers."""
-    port = port or free_port()
-    out = open(log, "ab") if log else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "--transport", "http", "--port", str(port),
-                             *args], env=env, cwd=ROOT, stdout=out, stderr=out)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}" + (f"; log: {log.read_text()[-2000:]}"
-                                                                                 if log else ""))
-            try:
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not answer /healthz within 30 s")
-            time.sleep(0.1)
-        yield proc, base
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-        if log:
-            out.close()
+    with ServerProcess(env, log, *args, port=port) as srv:
+        yield srv.proc, srv.url
+
+

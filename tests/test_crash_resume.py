@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from benchmarks.common import InstrumentMissing, start_instrument
+from benchmarks.common import InstrumentMissing, ServerProcess, start_instrument
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("DEEP_RESEARCH_SHARED", ROOT.parent / "shared"))
@@ -45,65 +40,12 @@ def instrument() -> Iterator:
         pytest.skip(str(e))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class McpServer:
-    """server.py over Streamable HTTP in a subprocess; the same port and data directory across
-    restarts, as a supervisor would restart it."""
-
-    def __init__(self, env: dict[str, str], log: Path, *args: str):
-        self.port = free_port()
-        self.env, self.log, self.args = env, log, args
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
-
-    def start(self, *extra: str) -> None:
-        with open(self.log, "a") as sink:
-            self.proc = subprocess.Popen([sys.executable, str(ROOT / "server.py"), "--transport", "http",
-                                          "--port", str(self.port), *self.args, *extra],
-                                         cwd=ROOT, env=self.env, stdout=sink, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"server.py exited with {self.proc.returncode}:\n{self.tail()}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        pytest.fail(f"server.py did not answer /healthz within 30 s:\n{self.tail()}")
-
-    def kill9(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)  # no shutdown hook runs: a crash, not a stop
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
 @pytest.fixture
-def server(instrument, tmp_path) -> Iterator[McpServer]:
+def server(instrument, tmp_path) -> Iterator[ServerProcess]:
     env = {**os.environ, **instrument.agent_env(),
            "DEEP_RESEARCH_DATA_DIR": str(tmp_path / "data"),
            "DEEP_RESEARCH_RATE_LIMIT_CALLS": "0"}
-    srv = McpServer(env, tmp_path / "server.log")
+    srv = ServerProcess(env, tmp_path / "server.log")
     instrument.reset_logs()
     yield srv
     srv.stop()
@@ -115,13 +57,13 @@ async def call(client, tool: str, args: dict) -> dict:
     return result.structured_content
 
 
-async def start_and_kill_after_first_round(server: McpServer, instrument, question: str) -> tuple[str, int]:
+async def start_and_kill_after_first_round(server: ServerProcess, instrument, question: str) -> tuple[str, int]:
     """Start a research, wait until round 1's searches and reads are done and the model is
     extracting, then kill -9. Returns the research id and how many search-log lines preceded it."""
     from mcp import Client
 
     server.start()
-    async with Client(server.url) as client:  # closed before the kill: a crash is not a client error
+    async with Client(server.mcp_url) as client:  # closed before the kill: a crash is not a client error
         out = await call(client, "deep_research", {"question": question, "depth": "standard", "wait": False})
         rid = out["research_id"]
         deadline = time.monotonic() + 30
@@ -175,7 +117,7 @@ async def test_kill_9_mid_run_then_auto_resume_at_restart(server, instrument):
     from mcp import Client
 
     server.start()  # HTTP servers resume interrupted researches at startup by default
-    async with Client(server.url) as client:
+    async with Client(server.mcp_url) as client:
         result = await wait_finished(client, rid)
 
     assert result["status"] == "complete", result.get("warnings")
@@ -190,7 +132,7 @@ async def test_kill_9_mid_run_then_resume_research_tool(server, instrument):
     from mcp import Client
 
     server.start("--no-auto-resume")
-    async with Client(server.url) as client:
+    async with Client(server.mcp_url) as client:
         status = await call(client, "research_status", {"research_id": rid})
         assert status["status"] == "interrupted"
         assert "resume_research" in status["next_step"]

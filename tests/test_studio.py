@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benchmarks.common import free_port
 from graph.state import ResearchResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,12 +41,6 @@ pytestmark = [
     pytest.mark.skipif(not FAKELLM.is_file(), reason=f"reference instrument not found at {FAKELLM}"),
     pytest.mark.skipif(not LANGGRAPH.is_file(), reason="langgraph-cli[inmem] is not installed (dev group)"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop(proc: subprocess.Popen) -> None:
