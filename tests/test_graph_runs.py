@@ -65,6 +65,13 @@ async def test_run_produces_cited_report_with_stats(question):
     assert [q.round for q in result.sub_queries] == [1, 1, 1, 2, 2, 2]
 
 
+async def test_a_round_reads_distinct_pages(question):
+    result = await run_research(question, offline_settings(depth="quick"))
+    # three sub-queries, two pages each, over overlapping results: six different documents
+    assert result.stats.pages_read == 6 and len({s.url for s in result.sources}) == 6
+    assert all(q.new_sources == 2 for q in result.sub_queries)
+
+
 async def test_sub_queries_run_concurrently(question):
     provider = timed(latency=0.2)
     settings = offline_settings(depth="quick").with_search_providers([provider])
@@ -78,7 +85,8 @@ async def test_sub_queries_run_concurrently(question):
 
 async def test_standard_depth_sequential_llm_calls_within_target(question):
     model = ScriptedChatModel(latency_s=0.03)
-    result = await run_research(question, offline_settings(chat_model=model))
+    # one page per query: the 8-document sample corpus must not be read up in round 1
+    result = await run_research(question, offline_settings(chat_model=model, pages_per_query=1))
     # plan, then one hop per round but the last (extraction runs beside reflection; the writer reads
     # the last round's passages itself), then write
     assert result.stats.rounds == 2 and sequential_calls(model.calls) == 1 + result.stats.rounds
@@ -104,7 +112,7 @@ async def test_quick_depth_is_two_sequential_calls(question):
 
 @pytest.mark.parametrize("overrides, responder, expected", [
     ({}, ResearchResponder(sufficient=True), "sufficient"),
-    ({"max_rounds": 3}, ResearchResponder(sufficient=2), "sufficient"),
+    ({"max_rounds": 3, "pages_per_query": 1}, ResearchResponder(sufficient=2), "sufficient"),
     ({"max_rounds": 1}, ResearchResponder(), "max_rounds"),
     ({"token_budget": 1_000}, ResearchResponder(), "token_budget"),
     ({"max_sources": 2}, ResearchResponder(), "source_budget"),

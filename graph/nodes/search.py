@@ -122,9 +122,9 @@ async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
     whenever a read fails, so one dead link costs one page's latency, not a second wave of reads.
 
     Parallel sub-queries of a run often find the same URLs. A page is claimed for the run when a
-    task starts reading it; only a task's own claims use its `room` (new registry entries). A page
-    a sibling already claimed may still be read for this sub-query's passages: the fetch is shared
-    and the registry entry is the sibling's.
+    task starts reading it, and tasks prefer pages nobody has claimed, so a round reads distinct
+    pages; only a task's own claims use its `room` (new registry entries). When no unclaimed page
+    is left, a sibling's page is read for this sub-query's passages (the fetch is shared).
     """
     from tools.urls import dedup_key
 
@@ -139,16 +139,21 @@ async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
     running: dict[asyncio.Task, SearchHit] = {}
 
     def start_next() -> None:
-        while queue:
-            h = queue.pop(0)
-            key = dedup_key(h.url)
-            if key not in taken:
-                if len(mine) >= room:
-                    continue
-                taken.add(key)
-                mine.add(key)
-            running[asyncio.ensure_future(_read(h))] = h
+        # the best page no sibling has claimed, while room lasts; else the best claimed one
+        # (read for this sub-query's passages, its registry entry is the sibling's)
+        pick = None
+        if len(mine) < room:
+            pick = next((h for h in queue if dedup_key(h.url) not in taken), None)
+        if pick is None:
+            pick = next((h for h in queue if dedup_key(h.url) in taken), None)
+        if pick is None:
             return
+        queue.remove(pick)
+        key = dedup_key(pick.url)
+        if key not in taken:
+            taken.add(key)
+            mine.add(key)
+        running[asyncio.ensure_future(_read(pick))] = pick
 
     for _ in range(want):
         start_next()
