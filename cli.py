@@ -125,6 +125,7 @@ def research_parser() -> argparse.ArgumentParser:
     p.add_argument("--length", dest="report_length", help="report length: concise | standard | detailed")
     p.add_argument("--rounds", dest="max_rounds", type=int, help="search/reflect rounds at most")
     p.add_argument("--breadth", type=int, help="sub-queries per round")
+    p.add_argument("--pages", dest="pages_per_query", type=int, help="pages read per sub-query")
     p.add_argument("--time-budget", dest="time_budget_s", type=float, help="seconds before writing up")
     p.add_argument("--json", action="store_true", help="print the ResearchResult as JSON")
     p.add_argument("--out", help="also write the report (or JSON with --json) to this file")
@@ -145,7 +146,7 @@ def build_settings(args: argparse.Namespace):
         providers = ["local"]
     overrides = dict(depth=args.depth, providers=providers, corpus=args.corpus, model=args.model,
                      report_length=args.report_length, max_rounds=args.max_rounds, breadth=args.breadth,
-                     time_budget_s=args.time_budget_s)
+                     pages_per_query=args.pages_per_query, time_budget_s=args.time_budget_s)
     if args.demo:
         return offline_settings(**{k: v for k, v in overrides.items() if v is not None and k != "providers"})
     overrides.update(ensure_model_endpoint(args.model))

@@ -28,7 +28,7 @@ def test_sigterm_stops_in_time_and_the_research_resumes(tmp_path):
                 "DEEP_RESEARCH_DATA_DIR": str(tmp_path), "PYTHONUNBUFFERED": "1"})
     try:
         proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "Do heat pumps work in cold climates?",
-                                 "--corpus", str(sample_corpus_dir()), "--rounds", "3", "--json"],
+                                 "--corpus", str(sample_corpus_dir()), "--rounds", "3", "--pages", "1", "--json"],
                                 cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # wait until the first round's evidence is being extracted: plan and searches are saved by then
         deadline = time.time() + 30

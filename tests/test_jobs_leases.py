@@ -76,7 +76,8 @@ async def test_a_starting_replica_leaves_a_live_research_alone(request, backend)
     url = store_url(request, backend)
     a_models, b_models = OfflineModels(latency_s=1.0, sufficient=False), OfflineModels()
     async with replica(url, a_models) as a:
-        job = await a.submit(QUESTION, {"depth": "deep"})
+        # one page per query: several rounds before the 8-document sample corpus is read up
+        job = await a.submit(QUESTION, {"depth": "deep", "pages_per_query": 1})
         await reached(a, job.research_id, {"searching", "extracting", "reflecting"})
         async with replica(url, b_models, auto_resume=True) as b:
             await asyncio.sleep(2.5 * LEASE)  # B's startup, then several of its lease rounds
