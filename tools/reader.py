@@ -440,8 +440,12 @@ def _body_chars(tree) -> int:
 
 def page_metadata(tree, url: str | None) -> tuple[str, str | None]:
     """(title, date) as trafilatura's metadata pass finds them: <meta> tags and JSON-LD first, then
-    <title>/<h1>, cleaned the same way; the date from htmldate with the same settings (extensive
-    search, original date), which also finds a byline like "published on 25 September 2018"."""
+    <title>/<h1>, cleaned the same way; the date from htmldate's header pass (meta tags, structured
+    data, <time>, the URL), original date first.
+
+    htmldate's extensive search, which also scans the body for a byline like "published on 25
+    September 2018", costs 16 ms per page on the 181 annotated pages against 0.8 ms for the header
+    pass, and gives the same date on 179 of them (on the other 2 the header pass finds none)."""
     from html import unescape
 
     from htmldate import find_date
@@ -456,7 +460,7 @@ def page_metadata(tree, url: str | None) -> tuple[str, str | None]:
         pass
     title = line_processing(unescape(meta.title or extract_title(tree) or "")) or ""
     try:
-        date = find_date(tree, **{**set_date_params(True), "url": meta.url or url})
+        date = find_date(tree, **{**set_date_params(True), "extensive_search": False, "url": meta.url or url})
     except Exception:  # a malformed date in one page must not cost the page its text
         date = None
     return title, date
