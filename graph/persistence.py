@@ -18,11 +18,13 @@ so replicas on different machines need not agree on the time.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -66,15 +68,48 @@ def _pg_pool(url: str, max_size: int = 8):
                                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row})
 
 
-async def _tune(conn: Any) -> None:
-    """WAL lets status reads proceed while runs write checkpoints. synchronous=NORMAL commits without
-    an fsync (the WAL is synced at its checkpoints): a killed or crashed process loses nothing, a
-    power cut may lose the last steps, which a resume then runs again. With FULL, every super-step
-    of every research waited for the disk (about 4 ms each here). Postgres is the choice for
-    power-loss durability."""
-    await conn.execute("PRAGMA journal_mode=WAL")
-    await conn.execute("PRAGMA synchronous=NORMAL")
-    await conn.execute("PRAGMA busy_timeout=5000")
+# WAL lets status reads proceed while runs write checkpoints. synchronous=NORMAL commits without an
+# fsync (the WAL is synced at its checkpoints): a killed or crashed process loses nothing, a power cut
+# may lose the last steps, which a resume then runs again. Postgres is the choice for power-loss
+# durability.
+_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA busy_timeout=5000")
+
+
+@functools.cache
+def inline_sqlite_saver() -> type:
+    """LangGraph's SqliteSaver with its async methods run on the event loop itself.
+
+    A checkpoint write is small (serialise a few KB to tens of KB, insert, commit without fsync under
+    WAL + synchronous=NORMAL): well under a millisecond. Handing it to a thread costs more than doing
+    it: the thread needs the GIL from a busy loop and wakes the loop when done, and with durability
+    "sync" each step waits for that round trip. Twenty researches in one process, per step between
+    nodes: AsyncSqliteSaver (aiosqlite) 83-108 ms, one dedicated thread 54-81 ms, inline 27 ms, an
+    in-memory saver 16-22 ms. Same tables as AsyncSqliteSaver, so existing files keep working. Built
+    on first use: LangGraph is imported with the first research, not with the server.
+    """
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    class InlineSqliteSaver(SqliteSaver):
+        async def aget_tuple(self, config):
+            return self.get_tuple(config)
+
+        async def alist(self, config, *, filter=None, before=None, limit=None):
+            for item in self.list(config, filter=filter, before=before, limit=limit):
+                yield item
+
+        async def aput(self, config, checkpoint, metadata, new_versions):
+            return self.put(config, checkpoint, metadata, new_versions)
+
+        async def aput_writes(self, config, writes, task_id, task_path=""):
+            return self.put_writes(config, writes, task_id, task_path)
+
+        async def adelete_thread(self, thread_id):
+            return self.delete_thread(thread_id)
+
+        async def aget_delta_channel_history(self, *, config, channels):
+            return self.get_delta_channel_history(config=config, channels=channels)
+
+    return InlineSqliteSaver
 
 
 @asynccontextmanager
@@ -89,12 +124,17 @@ async def open_checkpointer(url: str | None = None) -> AsyncIterator[Any]:
             await saver.setup()
             yield saver
         return
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+    import sqlite3
 
-    async with AsyncSqliteSaver.from_conn_string(str(data_dir() / CHECKPOINT_FILE)) as saver:
-        await _tune(saver.conn)
-        await saver.setup()
+    conn = sqlite3.connect(str(data_dir() / CHECKPOINT_FILE), check_same_thread=False)
+    try:
+        for pragma in _PRAGMAS:
+            conn.execute(pragma)
+        saver = inline_sqlite_saver()(conn)
+        saver.setup()
         yield saver
+    finally:
+        conn.close()
 
 
 # -- research records -----------------------------------------------------------------------------
@@ -324,7 +364,9 @@ _INDEX = "CREATE INDEX IF NOT EXISTS researches_created ON researches (created_a
 
 
 class SqliteResearchStore(ResearchStore):
-    """Records in a SQLite file (WAL), one shared aiosqlite connection per server. Several server
+    """Records in a SQLite file (WAL) on one connection, used from one thread of its own: each
+    operation is a single hop off the event loop, where waiting for another process's write lock
+    (busy_timeout) cannot stall it. Several server
     processes on one machine may share the file: SQLite serialises their writes."""
 
     _mark = "?"
@@ -333,42 +375,53 @@ class SqliteResearchStore(ResearchStore):
     def __init__(self, path: Path | str):
         self.path = str(path)
         self._db: Any = None
-        self._lock = asyncio.Lock()  # one writer at a time on the shared connection
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="research-records")
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
 
     async def open(self) -> "SqliteResearchStore":
-        import aiosqlite
+        await self._run(self._open)
+        return self
 
-        self._db = await aiosqlite.connect(self.path)
-        await _tune(self._db)
-        await self._db.execute("PRAGMA busy_timeout=5000")
-        await self._db.execute(_SCHEMA)
-        await self._db.execute(_INDEX)
-        async with self._db.execute("PRAGMA table_info(researches)") as cur:
-            have = {row[1] for row in await cur.fetchall()}
+    def _open(self) -> None:
+        import sqlite3
+
+        self._db = db = sqlite3.connect(self.path, check_same_thread=False)
+        for pragma in _PRAGMAS:
+            db.execute(pragma)
+        db.execute(_SCHEMA)
+        db.execute(_INDEX)
+        have = {row[1] for row in db.execute("PRAGMA table_info(researches)")}
         for name, kind in _ADDED.items():
             if name not in have:
                 try:
-                    await self._db.execute(f"ALTER TABLE researches ADD COLUMN {name} {kind}")
-                except Exception as e:  # another process added it first
+                    db.execute(f"ALTER TABLE researches ADD COLUMN {name} {kind}")
+                except sqlite3.OperationalError as e:  # another process added it first
                     if "duplicate column" not in str(e):
                         raise
-        await self._db.commit()
-        return self
+        db.commit()
 
     async def _exec(self, sql: str, params: tuple) -> bool:
-        async with self._lock:
-            cur = await self._db.execute(sql, params)
-            await self._db.commit()
+        def write() -> bool:
+            cur = self._db.execute(sql, params)
+            self._db.commit()
             return cur.rowcount > 0
 
+        return await self._run(write)
+
     async def _select(self, where: str, params: tuple, tail: str = "") -> list[ResearchRecord]:
-        async with self._db.execute(f"SELECT {self._columns} FROM researches {where} {tail}", params) as cur:
-            return [_record(r) for r in await cur.fetchall()]
+        def read() -> list[ResearchRecord]:
+            rows = self._db.execute(f"SELECT {self._columns} FROM researches {where} {tail}", params).fetchall()
+            return [_record(r) for r in rows]
+
+        return await self._run(read)
 
     async def aclose(self) -> None:
         if self._db is not None:
-            await self._db.close()
+            await self._run(self._db.close)
             self._db = None
+        self._thread.shutdown(wait=True)
 
 
 class PostgresResearchStore(ResearchStore):

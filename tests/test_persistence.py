@@ -93,6 +93,21 @@ async def test_checkpointer_runs_and_resumes_a_research(data_dir, url):
         assert (data_dir / "checkpoints.sqlite3").exists()
 
 
+async def test_a_checkpoint_file_written_by_aiosqlite_resumes(data_dir):
+    """Files from before the inline saver (AsyncSqliteSaver wrote them) keep working."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    rid = "old" + uuid.uuid4().hex[:9]
+    async with AsyncSqliteSaver.from_conn_string(str(data_dir / "checkpoints.sqlite3")) as old:
+        result = await ResearchRun("How do heat pumps work?", offline_settings(depth="quick"), research_id=rid,
+                                   checkpointer=old).start()
+    async with open_checkpointer() as saver:
+        assert type(saver).__name__ == "InlineSqliteSaver"
+        again = await ResearchRun.saved(rid, saver, offline_settings(depth="quick"))
+        assert (await again.resume()).report == result.report
+        assert [c async for c in saver.alist({"configurable": {"thread_id": rid}}, limit=2)]
+
+
 @pytest.fixture
 def pg_schema():
     """A fresh Postgres schema per test (records and checkpoints both land in it), dropped after."""
