@@ -20,17 +20,19 @@ from graph.nodes.search import build_query_graph
 from graph.nodes.synthesize import synthesize
 from graph.settings import ResearchSettings
 from graph.state import ResearchState
+from graph.step_clock import timed
 
 
 def build_graph() -> StateGraph:
     g = StateGraph(ResearchState, context_schema=ResearchSettings)
-    g.add_node("plan", plan)
+    # nodes are timed (graph/step_clock.py); the search subgraph times its own two nodes
+    g.add_node("plan", timed(plan))
     g.add_node("search", build_query_graph())
-    g.add_node("gather", gather)
-    g.add_node("extract", extract)
-    g.add_node("reflect", reflect)
-    g.add_node("decide", decide)
-    g.add_node("synthesize", synthesize)
+    g.add_node("gather", timed(gather))
+    g.add_node("extract", timed(extract))
+    g.add_node("reflect", timed(reflect))
+    g.add_node("decide", timed(decide))
+    g.add_node("synthesize", timed(synthesize))
     g.add_edge(START, "plan")
     g.add_conditional_edges("plan", fan_out, ["search", "gather"])
     g.add_edge("search", "gather")

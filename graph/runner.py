@@ -19,6 +19,7 @@ from graph.llm import LLMError
 from graph.nodes.synthesize import partial_result
 from graph.settings import MAX_QUESTION_CHARS, ResearchSettings, SettingsError, make_settings
 from graph.state import ResearchResult
+from graph.step_clock import StepClock
 from tools.base import ToolError
 
 log = logging.getLogger("deep_research.runner")
@@ -69,6 +70,7 @@ class ResearchRun:
         self.progress: dict[str, Any] = {"stage": "queued", "message": "Queued", "ts": time.time()}
         self.events: list[dict[str, Any]] = []
         self.started = time.time()
+        self.clock: StepClock | None = None  # set while this process drives the graph
 
     @property
     def config(self) -> dict[str, Any]:
@@ -109,6 +111,8 @@ class ResearchRun:
     async def _drive(self, inp: dict[str, Any] | None) -> ResearchResult:
         graph = graph_for(self.checkpointer)
         deadline = self.settings.time_budget_s * 1.5 + 60  # backstop for a hung provider or model
+        self.clock = StepClock()
+        token = self.clock.bind()
         try:
             async with asyncio.timeout(deadline):
                 # subgraphs=True: the per-sub-query pipelines emit "reading" progress too
@@ -125,6 +129,9 @@ class ResearchRun:
             if not self.state.get("sources"):
                 raise  # nothing spent on searching yet: the caller reports a clear error
             return self.partial("error", f"stopped by an error: {getattr(e, 'message', str(e))}")
+        finally:
+            self.clock.stop()
+            StepClock.unbind(token)
         if not self.state.get("result"):
             return self.partial("error", "the graph ended without a result")
         return self._result(self.state["result"])
@@ -145,11 +152,15 @@ class ResearchRun:
         """What was found so far, marked partial (or failed when nothing was read)."""
         result = partial_result({"question": self.question, **self.state}, reason, note)
         result.research_id = self.research_id
+        if self.clock is not None:
+            result.stats.framework_ms = self.clock.idle_ms()
         return result
 
     def _result(self, data: dict[str, Any]) -> ResearchResult:
         result = ResearchResult.model_validate(data)
         result.research_id = self.research_id
+        if self.clock is not None:
+            result.stats.framework_ms = self.clock.idle_ms()
         return result
 
 

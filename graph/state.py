@@ -173,6 +173,9 @@ class RunStats(BaseModel):
     completion_tokens: int = 0
     duration_ms: float = 0.0
     stage_ms: dict[str, float] = Field(default_factory=dict)
+    framework_ms: float | None = Field(None, description=(
+        "Time in this process when none of the research's steps was running: LangGraph between steps, "
+        "checkpoint writes, waiting for a busy event loop. None where not measured (LangGraph Server)."))
 
 
 class ResearchResult(BaseModel):

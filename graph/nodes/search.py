@@ -23,6 +23,7 @@ from langgraph.runtime import Runtime
 from graph.llm import elapsed_ms
 from graph.progress import emit
 from graph.settings import ResearchSettings, settings_from
+from graph.step_clock import timed
 from graph.state import (Passage, Source, Stats, SubQuery, add_stats, merge_sources,
                          merge_sub_queries)
 from tools.base import PageContent, SearchHit, SearchProvider, ToolError
@@ -217,8 +218,8 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
 def build_query_graph():
     """The per-sub-query subgraph: web_search -> read_pages."""
     g = StateGraph(QueryState, context_schema=ResearchSettings, output_schema=QueryOutput)
-    g.add_node("web_search", web_search)
-    g.add_node("read_pages", read_pages)
+    g.add_node("web_search", timed(web_search))
+    g.add_node("read_pages", timed(read_pages))
     g.add_edge(START, "web_search")
     g.add_edge("web_search", "read_pages")
     g.add_edge("read_pages", END)
