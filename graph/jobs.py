@@ -33,6 +33,7 @@ from typing import Any
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from graph.cpu_gate import CpuGate
 from graph.persistence import RecordStatus, ResearchRecord, ResearchStore, open_checkpointer, open_store
 
 log = logging.getLogger("deep_research.jobs")
@@ -45,7 +46,11 @@ class ServerSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="DEEP_RESEARCH_", extra="ignore", populate_by_name=True)
 
-    max_concurrent_researches: int = Field(2, ge=1, le=64, description="Researches running at once.")
+    max_concurrent_researches: int = Field(2, ge=1, le=64, description="Researches running at once, at most.")
+    cpu_target: float = Field(0.8, gt=0, le=1, description=(
+        "Below the cap, a queued research starts only while this process uses less than this share of "
+        "one CPU core (its event loop is one thread): past it, more researches add no throughput and "
+        "slow every running one. 1 turns the check off."))
     queue_size: int = Field(8, ge=0, le=1000, description="Researches waiting for a slot; more are refused.")
     rate_limit_calls: int = Field(20, ge=0, description="Researches a client may start per window; 0 = no limit.")
     rate_limit_window_s: float = Field(600.0, gt=0)
@@ -117,6 +122,8 @@ class Job:
     task: asyncio.Task | None = None
     run: Any = None  # graph.runner.ResearchRun once it has a slot
     stop_reason: str | None = None  # "cancelled" (by a user) or "shutdown"
+    unsaved: dict[str, Any] | None = None  # progress not yet in the record
+    saving: asyncio.Task | None = None  # the task writing it
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
     @property
@@ -142,6 +149,7 @@ class ResearchJobs:
         self.limiter = RateLimiter(self.config.rate_limit_calls, self.config.rate_limit_window_s)
         self.closing = False
         self._slots = asyncio.Semaphore(self.config.max_concurrent_researches)
+        self.gate = CpuGate(self.config.cpu_target)
         self._stack = AsyncExitStack()
         self._checkpointer: Any = None
         self._ck_lock = asyncio.Lock()
@@ -187,6 +195,7 @@ class ResearchJobs:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        await self.gate.aclose()
         try:  # what did not stop within the grace period is released too
             await self.store.release(self.owner)
         except Exception:
@@ -351,7 +360,7 @@ class ResearchJobs:
 
         status: RecordStatus
         try:
-            async with self._slots:
+            async with self._slots, self.gate.slot():
                 settings = make_settings(**job.overrides)
                 if self.prepare is not None:
                     settings = self.prepare(settings)
@@ -397,6 +406,8 @@ class ResearchJobs:
         await self._notify(job)
 
     async def _finish(self, job: Job, status: RecordStatus, **outcome: Any) -> None:
+        if job.saving is not None and not job.saving.done():
+            await asyncio.wait([job.saving])  # a late progress write must not land after the result
         if not await self.store.finish(job.research_id, status, owner=self.owner, **outcome):
             log.warning("research %s: not recorded as %s: another server owns it now", job.research_id, status)
 
@@ -405,9 +416,21 @@ class ResearchJobs:
         job.events.append(event)
         job.progress = event
         await self._notify(job)
-        # the record follows stage changes (not every event) so a busy run does not hammer the database
+        # the record follows stage changes (not every event) so a busy run does not hammer the database,
+        # and is written beside the run, not in its way: LangGraph's stream waits for this handler
+        # before it takes the next step
         if stage_changed:
-            await self.store.update_progress(job.research_id, _jsonable(event), owner=self.owner)
+            job.unsaved = _jsonable(event)
+            if job.saving is None or job.saving.done():
+                job.saving = self._spawn(self._save_progress(job))
+
+    async def _save_progress(self, job: Job) -> None:
+        while job.unsaved is not None:  # the latest stage wins; earlier unsaved ones are skipped
+            progress, job.unsaved = job.unsaved, None
+            try:
+                await self.store.update_progress(job.research_id, progress, owner=self.owner)
+            except Exception:  # the next stage or the lease renewal writes it again
+                log.exception("research %s: progress not recorded", job.research_id)
 
     async def _set(self, job: Job, status: RecordStatus, progress: dict[str, Any]) -> None:
         job.status = status
@@ -498,6 +521,12 @@ def _import_research_modules() -> None:
             importlib.import_module(name)
         except Exception as e:  # a broken optional module shows up on first use, with its error
             log.debug("warm-up: %s not imported: %s", name, e)
+    try:
+        from tools.reader import warm_extract_pool
+
+        warm_extract_pool()
+    except Exception as e:  # the first page then starts the workers, or reports why they cannot run
+        log.warning("extraction workers did not start: %s", e)
 
 
 @functools.cache
