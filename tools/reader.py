@@ -17,6 +17,7 @@ import codecs
 import io
 import ipaddress
 import logging
+import os
 import re
 import select
 import shutil
@@ -25,6 +26,7 @@ import ssl
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import certifi
@@ -615,4 +617,81 @@ async def _fetch_and_extract(url: str, s: ToolSettings, client: httpx.AsyncClien
     except httpx.HTTPError as e:
         raise ProviderError(f"could not fetch {url} ({e.__class__.__name__}: {e})", provider="reader") from None
     log.debug("fetched %s (%d bytes, %s)", fetched.final_url, len(fetched.body), fetched.content_type)
+    return await extract_off_loop(fetched, s)
+
+
+# -- where extraction runs ---------------------------------------------------------------------------
+# Extraction is CPU work (a few ms for a small page, tens for a large one) and a round's pages arrive
+# together. In a thread it shares the event loop's GIL, so a busy server's every step waits behind
+# it; worker processes take it off that core. Each worker costs about 90 MB, so the CLI and a stdio
+# server keep the thread (DEEP_RESEARCH_EXTRACT_PROCESSES=0) and an HTTP server defaults to workers.
+
+_pool: Any = None  # concurrent.futures.ProcessPoolExecutor once used
+_pool_size = 0
+
+
+def extract_pool(n: int) -> Any:
+    """The shared pool of `n` extraction processes (forkserver: forking a process that runs threads
+    and an event loop is unsafe)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size != n:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=False)
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["tools.reader", "trafilatura", "htmldate"])
+        _pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),))
+        _pool_size = n
+    return _pool
+
+
+def _exit_with(server_pid: int) -> None:
+    """In each worker: exit when the server is gone. A pool's workers are told to stop by the server;
+    one that was killed (kill -9, OOM) tells them nothing, and they would wait for work forever."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(server_pid, 0)
+            except ProcessLookupError:
+                os._exit(0)
+            except OSError:  # EPERM: it exists
+                pass
+
+    threading.Thread(target=watch, name="exit-with-server", daemon=True).start()
+
+
+def warm_extract_pool(settings: ToolSettings | None = None) -> None:
+    """Start the extraction workers now, so the first research does not pay their start-up."""
+    s = settings or get_tool_settings()
+    if s.extract_processes:
+        pool = extract_pool(s.extract_processes)
+        for f in [pool.submit(_worker_ready) for _ in range(s.extract_processes)]:
+            f.result(timeout=60)
+
+
+def _worker_ready() -> bool:
+    import trafilatura  # noqa: F401  (preloaded by the forkserver; this only makes sure)
+
+    return True
+
+
+async def extract_off_loop(fetched: Fetched, s: ToolSettings) -> Extracted:
+    """`process` in a worker process when configured, else in a thread; a broken pool (a worker was
+    killed) is replaced, and this page is read in a thread meanwhile."""
+    global _pool
+    if s.extract_processes:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                extract_pool(s.extract_processes), process, fetched, s)
+        except BrokenProcessPool:
+            log.warning("an extraction worker died; starting new ones (this page is read in a thread)")
+            _pool = None
     return await asyncio.to_thread(process, fetched, s)

@@ -45,6 +45,10 @@ class ToolSettings(BaseSettings):
     max_page_bytes: int = Field(5_000_000, ge=10_000)
     max_redirects: int = Field(5, ge=0, le=20)
     render_js: bool = False
+    extract_processes: int = Field(0, ge=0, le=32, description=(
+        "Extract pages in this many worker processes instead of a thread (about 90 MB each): takes the "
+        "CPU work off the event loop of a busy server. 0 = a thread; the HTTP server defaults to one "
+        "per core, up to 4, on machines with 2 or more."))
     chromium_path: str | None = Field(None, description="Browser for render_js; default: Playwright's or system chromium.")
     user_agent: str = "Mozilla/5.0 (compatible; deep-research-mcp/0.1; +https://github.com/deep-research-mcp)"
 
