@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
@@ -452,6 +453,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="listen on a non-loopback address without DEEP_RESEARCH_MCP_TOKEN (unsafe)")
     p.add_argument("--auto-resume", action=argparse.BooleanOptionalAction, default=None,
                    help="resume interrupted researches at startup (default: on for http, off for stdio)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="HTTP server processes sharing the port (SO_REUSEPORT), each with its own event loop; "
+                        "needs --stateless. The research cap and queue are split between them")
+    p.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for a worker
     p.add_argument("--debug", action="store_true", help="verbose logs on stderr (secrets redacted)")
     return p.parse_args(argv)
 
@@ -508,8 +513,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     import mcp.server.mcpserver.server as sdk
 
     sdk.configure_logging = lambda *a, **k: None
+    if args.workers != 1:
+        problem = _workers_problem(args)
+        if problem:
+            print(f"deep-research-mcp: {problem}", file=sys.stderr)
+            return 2
+        return _supervise(args, list(sys.argv[1:] if argv is None else argv), config)
     auto = args.auto_resume if args.auto_resume is not None else config.auto_resume
     auto = (args.transport == "http") if auto is None else auto
+    if args.transport == "http":
+        # many researches share this process's event loop: page extraction goes to worker processes
+        cores = os.cpu_count() or 1
+        os.environ.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(min(4, cores) if cores >= 2 else 0))
     runner = _serve_http(args, config, tokens, auto) if args.transport == "http" else _serve_stdio(config, auto)
     try:
         return asyncio.run(runner)
@@ -604,7 +619,107 @@ async def _serve_http(args: argparse.Namespace, config: ServerSettings, tokens: 
     uv = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                timeout_graceful_shutdown=int(config.shutdown_grace_s) + 2, lifespan="on"))
     log.info("serving MCP on http://%s:%d/mcp%s", args.host, args.port, " (token required)" if tokens else "")
-    await uv.serve()
+    if args.reuse_port:
+        asyncio.ensure_future(_stop_with_supervisor(os.getppid()))
+    await uv.serve(sockets=[_listen(args.host, args.port, reuse_port=True)] if args.reuse_port else None)
+    return 0
+
+
+# -- several worker processes on one port ------------------------------------------------------------
+# One process runs every research on one event loop, and past some CPU use each step waits for that
+# loop (graph/cpu_gate.py holds new researches back then). Workers add loops: each is a replica (its
+# own registry, leases in the shared store) that the kernel hands connections to.
+
+async def _stop_with_supervisor(supervisor: int) -> None:
+    """A worker whose supervisor is gone (killed: it could not pass a signal on) stops as if told to."""
+    while os.getppid() == supervisor:
+        await asyncio.sleep(1.0)
+    log.warning("the supervisor (pid %d) is gone: stopping", supervisor)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _workers_problem(args: argparse.Namespace) -> str | None:
+    if args.workers < 1:
+        return f"--workers {args.workers}: give 1 or more"
+    if args.transport != "http":
+        return "--workers needs --transport http (a stdio server talks to one client)"
+    if not args.stateless:
+        return ("--workers needs --stateless: an MCP session lives in one process, and a client's next "
+                "request may reach another")
+    if not hasattr(socket, "SO_REUSEPORT"):
+        return "--workers needs SO_REUSEPORT, which this platform lacks; run one server per port behind a proxy"
+    return None
+
+
+def _listen(host: str, port: int, *, reuse_port: bool, backlog: int = 2048) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    if backlog:
+        sock.listen(backlog)
+    return sock
+
+
+def _worker_argv(argv: list[str], port: int) -> list[str]:
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in ("--workers", "--port"):
+            skip = True
+        elif not a.startswith(("--workers=", "--port=")):
+            out.append(a)
+    return [*out, "--port", str(port), "--workers", "1", "--reuse-port"]
+
+
+def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings) -> int:
+    """Run `args.workers` servers on one port; forward stop signals; restart a worker that dies."""
+    import math
+    import subprocess
+    import time
+
+    n = args.workers
+    # holds the port (bound, not listening: it takes no connections) until the workers have bound it
+    holder = _listen(args.host, args.port, reuse_port=True, backlog=0)
+    port = holder.getsockname()[1]
+    env = {**os.environ,
+           "DEEP_RESEARCH_MAX_CONCURRENT_RESEARCHES": str(math.ceil(config.max_concurrent_researches / n)),
+           "DEEP_RESEARCH_QUEUE_SIZE": str(math.ceil(config.queue_size / n))}
+    if "DEEP_RESEARCH_EXTRACT_PROCESSES" not in os.environ:
+        env["DEEP_RESEARCH_EXTRACT_PROCESSES"] = str(max(1, min(4, os.cpu_count() or 1) // n))
+    cmd = [sys.executable, "-m", "server", *_worker_argv(argv, port)]
+    stopping: list[int] = []
+
+    def on_signal(sig: int, _frame: Any) -> None:
+        stopping.append(sig)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(sig)  # a second signal makes each worker exit at once, as it does alone
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # their own session: a terminal's Ctrl-C reaches the supervisor, which passes one signal on
+    procs = [subprocess.Popen(cmd, env=env, start_new_session=True) for _ in range(n)]
+    log.info("%d workers serving MCP on http://%s:%d/mcp (pids %s)", n, args.host, port,
+             ", ".join(str(p.pid) for p in procs))
+    time.sleep(1.0)
+    holder.close()
+    while not stopping:
+        for i, p in enumerate(procs):
+            if p.poll() is not None and not stopping:
+                log.warning("worker %d exited with %s; starting another (it resumes what that one ran)",
+                            p.pid, p.returncode)
+                procs[i] = subprocess.Popen(cmd, env=env, start_new_session=True)
+        time.sleep(0.5)
+    deadline = time.monotonic() + config.shutdown_grace_s + 5
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
     return 0
 
 

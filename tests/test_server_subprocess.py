@@ -177,3 +177,65 @@ async def test_stdio_server_exits_promptly_on_sigterm(llm, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _descendants(pid: int) -> set[int]:
+    """Live descendants of `pid` (any thread's children), from /proc."""
+    from pathlib import Path
+
+    out, todo = set(), [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out.update(kids)
+            todo += kids
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_need_http_and_stateless(llm, tmp_path):
+    env = server_env(llm.base_url, tmp_path)
+    for args, words in ((["--transport", "http", "--workers", "2"], "--stateless"),
+                        (["--workers", "2"], "--transport http"),
+                        (["--transport", "http", "--stateless", "--workers", "0"], "1 or more")):
+        p = subprocess.run([sys.executable, str(ROOT / "server.py"), *args], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and words in p.stderr, (args, p.stderr)
+
+
+async def test_two_workers_share_the_port_the_records_and_stop_together(llm, tmp_path):
+    env = server_env(llm.base_url, tmp_path, DEEP_RESEARCH_EXTRACT_PROCESSES="1")
+    log = tmp_path / "workers.log"
+    with http_server(env, "--stateless", "--workers", "2", log=log) as (proc, base):
+        for _ in range(100):  # both workers up (each has its extraction process beside it)
+            workers = [p for p in _descendants(proc.pid) if b"--reuse-port" in open(f"/proc/{p}/cmdline", "rb").read()]
+            if len(workers) == 2 and log.read_text().count("serving MCP on") >= 3:
+                break
+            time.sleep(0.1)
+        assert len(workers) == 2, log.read_text()[-2000:]
+        async with http_client(base + "/mcp", token=None) as c:
+            r = await c.call_tool("deep_research", {"question": QUESTION, "depth": "quick"})
+        out = r.structured_content
+        assert out["status"] == "complete" and out["stats"]["framework_ms"] >= 0, out
+        # whichever worker a new connection reaches reads the same record
+        for _ in range(6):
+            async with http_client(base + "/mcp", token=None) as c:
+                s = await c.call_tool("research_status", {"research_id": out["research_id"]})
+            assert s.structured_content["status"] == "complete", s.structured_content
+        tree = _descendants(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0, log.read_text()[-2000:]
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in tree if _alive(p)], "workers or extraction processes outlived the server"
