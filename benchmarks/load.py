@@ -486,9 +486,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stateless", action="store_true", help="run the server with --stateless")
     ap.add_argument("--workers", type=int, default=1,
                     help="server worker processes on the port (implies --stateless; the cap and queue are split)")
-    ap.add_argument("--cpu-target", type=float, default=0.8,
+    ap.add_argument("--cpu-target", type=float, default=1.0,
                     help="DEEP_RESEARCH_CPU_TARGET: share of one core above which queued researches wait "
-                         "(default 0.8, the product default; 1 = only the cap)")
+                         "(default 1: off, the product default; e.g. 0.5 for quick steps under overload)")
     ap.add_argument("--extract-processes", type=int,
                     help="DEEP_RESEARCH_EXTRACT_PROCESSES (default: the HTTP server's, one per core up to 4)")
     ap.add_argument("--search-rate", type=float, default=10_000,
