@@ -623,7 +623,7 @@ async def _fetch_and_extract(url: str, s: ToolSettings, client: httpx.AsyncClien
 # -- where extraction runs ---------------------------------------------------------------------------
 # Extraction is CPU work (a few ms for a small page, tens for a large one) and a round's pages arrive
 # together. In a thread it shares the event loop's GIL, so a busy server's every step waits behind
-# it; worker processes take it off that core. Each worker costs about 90 MB, so the CLI and a stdio
+# it; worker processes take it off that core. Each worker costs about 80 MB, so the CLI and a stdio
 # server keep the thread (DEEP_RESEARCH_EXTRACT_PROCESSES=0) and an HTTP server defaults to workers.
 
 _pool: Any = None  # concurrent.futures.ProcessPoolExecutor once used

@@ -46,7 +46,7 @@ class ToolSettings(BaseSettings):
     max_redirects: int = Field(5, ge=0, le=20)
     render_js: bool = False
     extract_processes: int = Field(0, ge=0, le=32, description=(
-        "Extract pages in this many worker processes instead of a thread (about 90 MB each): takes the "
+        "Extract pages in this many worker processes instead of a thread (about 80 MB each): takes the "
         "CPU work off the event loop of a busy server. 0 = a thread; the HTTP server defaults to one "
         "per core, up to 4, on machines with 2 or more."))
     chromium_path: str | None = Field(None, description="Browser for render_js; default: Playwright's or system chromium.")
