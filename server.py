@@ -690,7 +690,8 @@ def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings
            "DEEP_RESEARCH_QUEUE_SIZE": str(math.ceil(config.queue_size / n))}
     if "DEEP_RESEARCH_EXTRACT_PROCESSES" not in os.environ:
         env["DEEP_RESEARCH_EXTRACT_PROCESSES"] = str(max(1, min(4, os.cpu_count() or 1) // n))
-    cmd = [sys.executable, "-m", "server", *_worker_argv(argv, port)]
+    # this file, not `-m server`: a server.py in the current directory must not be picked up instead
+    cmd = [sys.executable, os.path.abspath(__file__), *_worker_argv(argv, port)]
     stopping: list[int] = []
 
     def on_signal(sig: int, _frame: Any) -> None:
