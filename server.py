@@ -526,8 +526,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cores = os.cpu_count() or 1
         os.environ.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(min(4, cores) if cores >= 2 else 0))
     runner = _serve_http(args, config, tokens, auto) if args.transport == "http" else _serve_stdio(config, auto)
+    from graph.settings import SettingsError
+
     try:
         return asyncio.run(runner)
+    except SettingsError as e:  # found while opening the store: a setting the user fixes
+        print(f"deep-research-mcp: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -682,8 +687,14 @@ def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings
     import time
 
     n = args.workers
-    # holds the port (bound, not listening: it takes no connections) until the workers have bound it
-    holder = _listen(args.host, args.port, reuse_port=True, backlog=0)
+    # holds the port while the supervisor lives (bound, not listening: it takes no connections), so a
+    # restarting worker finds it free of strangers
+    try:
+        holder = _listen(args.host, args.port, reuse_port=True, backlog=0)
+    except OSError as e:
+        print(f"deep-research-mcp: cannot use {args.host}:{args.port} ({e.strerror}); is another server on "
+              "it? Choose another --port", file=sys.stderr)
+        return 2
     port = holder.getsockname()[1]
     env = {**os.environ,
            "DEEP_RESEARCH_MAX_CONCURRENT_RESEARCHES": str(math.ceil(config.max_concurrent_researches / n)),
@@ -693,6 +704,7 @@ def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings
     # this file, not `-m server`: a server.py in the current directory must not be picked up instead
     cmd = [sys.executable, os.path.abspath(__file__), *_worker_argv(argv, port)]
     stopping: list[int] = []
+    procs: list[subprocess.Popen] = []
 
     def on_signal(sig: int, _frame: Any) -> None:
         stopping.append(sig)
@@ -703,25 +715,30 @@ def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     # their own session: a terminal's Ctrl-C reaches the supervisor, which passes one signal on
-    procs = [subprocess.Popen(cmd, env=env, start_new_session=True) for _ in range(n)]
+    procs += [subprocess.Popen(cmd, env=env, start_new_session=True) for _ in range(n)]
     log.info("%d workers serving MCP on http://%s:%d/mcp (pids %s)", n, args.host, port,
              ", ".join(str(p.pid) for p in procs))
-    time.sleep(1.0)
-    holder.close()
-    while not stopping:
+    started = [time.monotonic()] * n
+    quick_exits = 0  # workers that died within 10 s of starting, in a row: a broken setup, not bad luck
+    while not stopping and quick_exits < 3:
         for i, p in enumerate(procs):
             if p.poll() is not None and not stopping:
+                quick_exits = quick_exits + 1 if time.monotonic() - started[i] < 10 else 0
                 log.warning("worker %d exited with %s; starting another (it resumes what that one ran)",
                             p.pid, p.returncode)
-                procs[i] = subprocess.Popen(cmd, env=env, start_new_session=True)
+                procs[i], started[i] = subprocess.Popen(cmd, env=env, start_new_session=True), time.monotonic()
         time.sleep(0.5)
+    if not stopping:
+        log.error("workers keep exiting right after they start; stopping (see their errors above)")
+        on_signal(signal.SIGTERM, None)
     deadline = time.monotonic() + config.shutdown_grace_s + 5
     for p in procs:
         try:
             p.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             p.kill()
-    return 0
+    holder.close()
+    return 1 if quick_exits >= 3 else 0
 
 
 if __name__ == "__main__":

@@ -42,7 +42,13 @@ def data_dir() -> Path:
     from tools.settings import get_tool_settings
 
     path = Path(get_tool_settings().data_dir).expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from graph.settings import SettingsError
+
+        raise SettingsError(f"DEEP_RESEARCH_DATA_DIR: cannot use {path} as the data folder ({e.strerror}); "
+                            "point it at a folder this user can write") from None
     return path
 
 

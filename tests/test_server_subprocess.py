@@ -239,3 +239,17 @@ async def test_two_workers_share_the_port_the_records_and_stop_together(llm, tmp
     while any(_alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [p for p in tree if _alive(p)], "workers or extraction processes outlived the server"
+
+
+def test_an_unusable_data_dir_is_named_and_workers_that_cannot_start_stop_the_supervisor(llm, tmp_path):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    env = server_env(llm.base_url, not_a_dir)
+    base = [sys.executable, str(ROOT / "server.py"), "--transport", "http", "--port", "0"]
+    alone = subprocess.run(base, env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 2 and "DEEP_RESEARCH_DATA_DIR" in alone.stderr, alone.stderr[-1000:]
+    t0 = time.monotonic()
+    sup = subprocess.run([*base, "--stateless", "--workers", "2"], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=90)
+    assert sup.returncode == 1 and "keep exiting" in sup.stderr, sup.stderr[-2000:]
+    assert sup.stderr.count("DEEP_RESEARCH_DATA_DIR") >= 2 and time.monotonic() - t0 < 60
