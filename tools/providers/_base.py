@@ -11,12 +11,15 @@ import html
 import logging
 import re
 from datetime import datetime
+from collections.abc import Callable
 from typing import TypeVar
 
+import httpx
 from pydantic import BaseModel, SecretStr, ValidationError
 
 from tools.base import AuthError, ParseError, SearchHit, SearchProvider, SearchRequest, SearchResponse, ToolError
 from tools.cache import get_cache
+from tools.http import ApiClient
 from tools.search import check_query, query_for_log
 from tools.settings import ToolSettings, get_tool_settings
 from tools.urls import canonical_url, dedup_key, host_of
@@ -140,3 +143,22 @@ class WebSearchProvider(SearchProvider):
         if cache is not None and resp.results:
             await cache.set(f"search:{self.name}", key, resp.model_dump(mode="json"), ttl_s=self.settings.cache_ttl_s)
         return resp
+
+
+class KeyedApiProvider(WebSearchProvider):
+    """A web provider behind one keyed HTTP API: the key is checked when the provider is built (a
+    missing one names `key_env`), one ApiClient calls `<name>_base_url`, and the endpoint is part of
+    the cache key."""
+
+    key_env = ""  # the variable that holds the key, e.g. TAVILY_API_KEY (setting `<name>_api_key`)
+
+    def __init__(self, settings: ToolSettings | None = None, *, http_settings: ToolSettings | None = None,
+                 error_hook: Callable[[httpx.Response], ToolError | None] | None = None):
+        super().__init__(settings)
+        self._key = require_key(getattr(self.settings, f"{self.name}_api_key"), self.name, self.key_env)
+        self.api = ApiClient(self.name, getattr(self.settings, f"{self.name}_base_url"),
+                             http_settings or self.settings, key_env=self.key_env, secrets=[self._key],
+                             error_hook=error_hook)
+
+    def cache_identity(self) -> dict:
+        return {"base": self.api.base_url}

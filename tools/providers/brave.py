@@ -6,8 +6,7 @@ import httpx
 from pydantic import BaseModel
 
 from tools.base import AuthError, SearchHit, SearchMetadata, SearchRequest, SearchResponse, ToolError
-from tools.http import ApiClient
-from tools.providers._base import WebSearchProvider, iso_date, parse, region_parts, require_key, site_filters
+from tools.providers._base import KeyedApiProvider, iso_date, parse, region_parts, site_filters
 from tools.settings import ToolSettings
 
 _FRESHNESS = {"day": "pd", "week": "pw", "month": "pm", "year": "py"}
@@ -37,17 +36,12 @@ def _token_rejected(resp: httpx.Response) -> ToolError | None:
     return None
 
 
-class BraveProvider(WebSearchProvider):
+class BraveProvider(KeyedApiProvider):
     name = "brave"
+    key_env = "BRAVE_API_KEY"
 
     def __init__(self, settings: ToolSettings | None = None):
-        super().__init__(settings)
-        self._key = require_key(self.settings.brave_api_key, self.name, "BRAVE_API_KEY")
-        self.api = ApiClient(self.name, self.settings.brave_base_url, self.settings, key_env="BRAVE_API_KEY",
-                             secrets=[self._key], error_hook=_token_rejected)
-
-    def cache_identity(self) -> dict:
-        return {"base": self.api.base_url}
+        super().__init__(settings, error_hook=_token_rejected)
 
     async def _search(self, req: SearchRequest) -> SearchResponse:
         q = " ".join(p for p in (req.query, site_filters(req)) if p)

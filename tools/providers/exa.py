@@ -7,9 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel
 
 from tools.base import SearchHit, SearchMetadata, SearchRequest, SearchResponse
-from tools.http import ApiClient
-from tools.providers._base import WebSearchProvider, iso_date, parse, require_key
-from tools.settings import ToolSettings
+from tools.providers._base import KeyedApiProvider, iso_date, parse
 
 _DAYS = {"day": 1, "week": 7, "month": 31, "year": 366}
 MAX_RESULTS = 100
@@ -29,17 +27,9 @@ class _Answer(BaseModel):
     results: list[_Result] = []
 
 
-class ExaProvider(WebSearchProvider):
+class ExaProvider(KeyedApiProvider):
     name = "exa"
-
-    def __init__(self, settings: ToolSettings | None = None):
-        super().__init__(settings)
-        self._key = require_key(self.settings.exa_api_key, self.name, "EXA_API_KEY")
-        self.api = ApiClient(self.name, self.settings.exa_base_url, self.settings, key_env="EXA_API_KEY",
-                             secrets=[self._key])
-
-    def cache_identity(self) -> dict:
-        return {"base": self.api.base_url}
+    key_env = "EXA_API_KEY"
 
     async def _search(self, req: SearchRequest) -> SearchResponse:
         skip = (req.page - 1) * req.max_results

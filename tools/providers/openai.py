@@ -14,9 +14,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 from tools.base import SearchHit, SearchMetadata, SearchRequest, SearchResponse
-from tools.http import ApiClient
-from tools.providers._base import WebSearchProvider, parse, region_parts, require_key
-from tools.settings import ToolSettings
+from tools.providers._base import KeyedApiProvider, parse, region_parts
+from tools.settings import ToolSettings, get_tool_settings
 
 _CITATION = re.compile(r"\s*\(\[[^\]]*\]\([^)]*\)\)")  # "([site](url))" after a claim: drop it
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")  # an inline [text](url): keep the text
@@ -82,17 +81,16 @@ def hits_from_output(answer: _Answer) -> list[SearchHit]:
     return ranked
 
 
-class OpenAIProvider(WebSearchProvider):
+class OpenAIProvider(KeyedApiProvider):
     name = "openai"
+    key_env = "OPENAI_API_KEY"
 
     def __init__(self, settings: ToolSettings | None = None):
-        super().__init__(settings)
-        self._key = require_key(self.settings.openai_api_key, self.name, "OPENAI_API_KEY")
+        s = settings or get_tool_settings()
         # A searching model takes tens of seconds: give it a longer leash than a search API.
-        slow = self.settings.model_copy(update={"read_timeout_s": max(self.settings.read_timeout_s, 90.0),
-                                                "total_timeout_s": max(self.settings.total_timeout_s, 120.0)})
-        self.api = ApiClient(self.name, self.settings.openai_base_url, slow, key_env="OPENAI_API_KEY",
-                             secrets=[self._key])
+        slow = s.model_copy(update={"read_timeout_s": max(s.read_timeout_s, 90.0),
+                                    "total_timeout_s": max(s.total_timeout_s, 120.0)})
+        super().__init__(s, http_settings=slow)
 
     def cache_identity(self) -> dict:
         return {"base": self.api.base_url, "model": self.settings.openai_search_model}

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tools.base import SearchHit, SearchMetadata, SearchRequest, SearchResponse
-from tools.http import ApiClient
-from tools.providers._base import WebSearchProvider, iso_date, parse, region_parts, require_key, site_filters
-from tools.settings import ToolSettings
+from tools.providers._base import KeyedApiProvider, iso_date, parse, region_parts, site_filters
 
 _TBS = {"day": "qdr:d", "week": "qdr:w", "month": "qdr:m", "year": "qdr:y"}
 
@@ -24,17 +22,9 @@ class _Answer(BaseModel):
     organic: list[_Organic] = []
 
 
-class SerperProvider(WebSearchProvider):
+class SerperProvider(KeyedApiProvider):
     name = "serper"
-
-    def __init__(self, settings: ToolSettings | None = None):
-        super().__init__(settings)
-        self._key = require_key(self.settings.serper_api_key, self.name, "SERPER_API_KEY")
-        self.api = ApiClient(self.name, self.settings.serper_base_url, self.settings, key_env="SERPER_API_KEY",
-                             secrets=[self._key])
-
-    def cache_identity(self) -> dict:
-        return {"base": self.api.base_url}
+    key_env = "SERPER_API_KEY"
 
     async def _search(self, req: SearchRequest) -> SearchResponse:
         q = " ".join(p for p in (req.query, site_filters(req)) if p)

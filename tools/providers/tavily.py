@@ -5,9 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from tools.base import SearchHit, SearchMetadata, SearchRequest, SearchResponse
-from tools.http import ApiClient
-from tools.providers._base import WebSearchProvider, iso_date, parse, require_key
-from tools.settings import ToolSettings
+from tools.providers._base import KeyedApiProvider, iso_date, parse
 
 MAX_RESULTS = 20  # Tavily's ceiling per request; it has no paging, so page N asks for N*max_results
 
@@ -25,17 +23,9 @@ class _Answer(BaseModel):
     results: list[_Result] = []
 
 
-class TavilyProvider(WebSearchProvider):
+class TavilyProvider(KeyedApiProvider):
     name = "tavily"
-
-    def __init__(self, settings: ToolSettings | None = None):
-        super().__init__(settings)
-        self._key = require_key(self.settings.tavily_api_key, self.name, "TAVILY_API_KEY")
-        self.api = ApiClient(self.name, self.settings.tavily_base_url, self.settings, key_env="TAVILY_API_KEY",
-                             secrets=[self._key])
-
-    def cache_identity(self) -> dict:
-        return {"base": self.api.base_url}
+    key_env = "TAVILY_API_KEY"
 
     async def _search(self, req: SearchRequest) -> SearchResponse:
         skip = (req.page - 1) * req.max_results
