@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableLambda
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 SAMPLE_CORPUS = Path(__file__).parent / "sample_corpus"
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9-]{2,}")
