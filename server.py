@@ -522,9 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     auto = args.auto_resume if args.auto_resume is not None else config.auto_resume
     auto = (args.transport == "http") if auto is None else auto
     if args.transport == "http":
-        # many researches share this process's event loop: page extraction goes to worker processes
-        cores = os.cpu_count() or 1
-        os.environ.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(min(4, cores) if cores >= 2 else 0))
+        os.environ.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(_extract_processes(1)))
     runner = _serve_http(args, config, tokens, auto) if args.transport == "http" else _serve_stdio(config, auto)
     from graph.settings import SettingsError
 
@@ -643,6 +641,14 @@ async def _stop_with_supervisor(supervisor: int) -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _extract_processes(workers: int) -> int:
+    """Page-extraction processes per HTTP server process by default: many researches share one event
+    loop, so extraction leaves it for other cores (one per core up to 4, shared by the workers); a
+    single-core machine keeps it in a thread."""
+    cores = os.cpu_count() or 1
+    return max(1, min(4, cores) // workers) if cores >= 2 else 0
+
+
 def _workers_problem(args: argparse.Namespace) -> str | None:
     if args.workers < 1:
         return f"--workers {args.workers}: give 1 or more"
@@ -699,8 +705,7 @@ def _supervise(args: argparse.Namespace, argv: list[str], config: ServerSettings
     env = {**os.environ,
            "DEEP_RESEARCH_MAX_CONCURRENT_RESEARCHES": str(math.ceil(config.max_concurrent_researches / n)),
            "DEEP_RESEARCH_QUEUE_SIZE": str(math.ceil(config.queue_size / n))}
-    if "DEEP_RESEARCH_EXTRACT_PROCESSES" not in os.environ:
-        env["DEEP_RESEARCH_EXTRACT_PROCESSES"] = str(max(1, min(4, os.cpu_count() or 1) // n))
+    env.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(_extract_processes(n)))
     # this file, not `-m server`: a server.py in the current directory must not be picked up instead
     cmd = [sys.executable, os.path.abspath(__file__), *_worker_argv(argv, port)]
     stopping: list[int] = []
