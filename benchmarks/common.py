@@ -328,6 +328,28 @@ def environment() -> dict[str, Any]:
 
 # -- our MCP server over HTTP in a subprocess (load benchmark, crash test, server tests) -------------
 
+def descendants(pid: int) -> list[int]:
+    """The live descendants of `pid` (children of any of its threads, and theirs), from /proc."""
+    out, todo = [], [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out += kids
+            todo += kids
+    return out
+
+
+def process_alive(pid: int) -> bool:
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     import socket

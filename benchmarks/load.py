@@ -57,8 +57,8 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import (InstrumentMissing, ServerProcess, critical_path, environment, find_bench_dir,
-                               print_table, start_instrument, write_json)
+from benchmarks.common import (InstrumentMissing, ServerProcess, critical_path, descendants, environment,
+                               find_bench_dir, print_table, start_instrument, write_json)
 
 ROOT = Path(__file__).resolve().parent.parent
 QUESTIONS = [
@@ -83,19 +83,12 @@ class LoadServer(ServerProcess):
     def tree(self) -> list[tuple[int, bool]]:
         """(pid, is_server) for the server and its descendants: its workers when it runs several
         (--workers), and the page-extraction processes (is_server False)."""
-        out, todo = [], [self.proc.pid]
-        while todo:
-            pid = todo.pop()
+        out = []
+        for pid in [self.proc.pid, *descendants(self.proc.pid)]:
             try:
-                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                out.append((pid, b"multiprocessing" not in Path(f"/proc/{pid}/cmdline").read_bytes()))
             except OSError:
                 continue
-            out.append((pid, b"multiprocessing" not in cmd))
-            for task in Path(f"/proc/{pid}/task").glob("*"):  # children of any of its threads
-                try:
-                    todo += [int(k) for k in (task / "children").read_text().split()]
-                except OSError:
-                    pass
         return out
 
     def cpu_s(self) -> float:

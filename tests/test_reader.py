@@ -402,28 +402,24 @@ def test_extraction_workers_exit_when_their_server_is_killed(tmp_path):
     import time
     from pathlib import Path
 
+    from benchmarks.common import process_alive
+
     script = ("import os, sys, time; from tools.reader import warm_extract_pool, _pool; "
               "from tools.settings import ToolSettings; "
               "warm_extract_pool(ToolSettings(extract_processes=2)); "
               "import tools.reader as r; print(' '.join(str(p) for p in r._pool._processes), flush=True); "
               "time.sleep(60)")
-    def alive(pid: int) -> bool:  # a zombie (exited, not yet reaped by its parent) counts as gone
-        try:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except OSError:
-            return False
-
     root = Path(__file__).resolve().parents[1]
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE, text=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
-        assert len(pids) == 2 and all(alive(p) for p in pids)
+        assert len(pids) == 2 and all(process_alive(p) for p in pids)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(process_alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not [p for p in pids if alive(p)], "orphaned extraction workers"
+        assert not [p for p in pids if process_alive(p)], "orphaned extraction workers"
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -16,6 +16,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from benchmarks.common import descendants, process_alive
 from tests.fakes.openai_server import FakeOpenAI
 from tests.mcp_helpers import QUESTION, ROOT, http_server, server_env
 
@@ -179,30 +180,6 @@ async def test_stdio_server_exits_promptly_on_sigterm(llm, tmp_path):
             proc.kill()
 
 
-def _descendants(pid: int) -> set[int]:
-    """Live descendants of `pid` (any thread's children), from /proc."""
-    from pathlib import Path
-
-    out, todo = set(), [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                kids = [int(k) for k in (task / "children").read_text().split()]
-            except OSError:
-                continue
-            out.update(kids)
-            todo += kids
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_workers_need_http_and_stateless(llm, tmp_path):
     env = server_env(llm.base_url, tmp_path)
     for args, words in ((["--transport", "http", "--workers", "2"], "--stateless"),
@@ -218,7 +195,7 @@ async def test_two_workers_share_the_port_the_records_and_stop_together(llm, tmp
     log = tmp_path / "workers.log"
     with http_server(env, "--stateless", "--workers", "2", log=log) as (proc, base):
         for _ in range(100):  # both workers up (each has its extraction process beside it)
-            workers = [p for p in _descendants(proc.pid) if b"--reuse-port" in open(f"/proc/{p}/cmdline", "rb").read()]
+            workers = [p for p in descendants(proc.pid) if b"--reuse-port" in open(f"/proc/{p}/cmdline", "rb").read()]
             if len(workers) == 2 and log.read_text().count("serving MCP on") >= 3:
                 break
             time.sleep(0.1)
@@ -232,13 +209,13 @@ async def test_two_workers_share_the_port_the_records_and_stop_together(llm, tmp
             async with http_client(base + "/mcp", token=None) as c:
                 s = await c.call_tool("research_status", {"research_id": out["research_id"]})
             assert s.structured_content["status"] == "complete", s.structured_content
-        tree = _descendants(proc.pid)
+        tree = descendants(proc.pid)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0, log.read_text()[-2000:]
     deadline = time.monotonic() + 10
-    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+    while any(process_alive(p) for p in tree) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not [p for p in tree if _alive(p)], "workers or extraction processes outlived the server"
+    assert not [p for p in tree if process_alive(p)], "workers or extraction processes outlived the server"
 
 
 def test_an_unusable_data_dir_is_named_and_workers_that_cannot_start_stop_the_supervisor(llm, tmp_path):
