@@ -487,7 +487,7 @@ def setup_logging(debug: bool) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level)
     if not debug:
-        for noisy in ("httpx", "httpx2", "httpcore", "mcp", "uvicorn.access", "aiosqlite"):
+        for noisy in ("httpx", "httpx2", "httpcore", "mcp", "uvicorn.access"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
