@@ -112,6 +112,7 @@ class Job:
     research_id: str
     question: str
     overrides: dict[str, Any]
+    settings: Any = None  # ResearchSettings checked at submit; rebuilt from overrides on resume
     status: RecordStatus = "queued"
     progress: dict[str, Any] = field(default_factory=lambda: {"stage": "queued", "message": "Queued",
                                                               "ts": time.time()})
@@ -293,7 +294,7 @@ class ResearchJobs:
         rid = new_research_id()
         clean = {k: v for k, v in overrides.items() if v is not None}
         await self.store.create(rid, question, clean, owner=self.owner, lease_s=self.config.lease_s)
-        return self._launch(Job(rid, question, clean), resume=False)
+        return self._launch(Job(rid, question, clean, settings=settings), resume=False)
 
     def _check_providers(self, settings: Any) -> None:
         """Unknown names and missing keys fail the call, not every search of the run."""
@@ -361,7 +362,7 @@ class ResearchJobs:
         status: RecordStatus
         try:
             async with self._slots, self.gate.slot():
-                settings = make_settings(**job.overrides)
+                settings = job.settings or make_settings(**job.overrides)
                 if self.prepare is not None:
                     settings = self.prepare(settings)
                 job.run = run = ResearchRun(job.question, settings, research_id=job.research_id,
