@@ -1,5 +1,9 @@
 """Routing between rounds, all pure functions: no LLM, no I/O.
 
+They are `async def` although they never await: LangGraph sends a plain function to a thread pool on
+every call, and under load that thread hop (GIL hand-offs, a wake-up of the loop) cost more than the
+routing itself.
+
 fan_out sends each pending sub-query of the round into the search pipeline; after the round,
 after_search starts extraction and reflection side by side; decide records why the research stops,
 or schedules the follow-up queries as the next round.
@@ -23,7 +27,7 @@ def _round_queries(state: ResearchState) -> list[SubQuery]:
     return [q for q in state.get("sub_queries", []) if q.get("round") == rnd]
 
 
-def fan_out(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send] | str:
+async def fan_out(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send] | str:
     """One search task per pending sub-query of this round, all started in the same step."""
     settings = settings_from(runtime.context, state.get("settings"))
     pending = [q for q in _round_queries(state) if q.get("status") == "pending"]
@@ -42,7 +46,7 @@ def fan_out(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Se
             for q, share in zip(pending, shares)]
 
 
-def gather(state: ResearchState) -> dict:
+async def gather(state: ResearchState) -> dict:
     """The join after a round's parallel searches (a step boundary, so the next routing runs once)."""
     return {}
 
@@ -58,7 +62,7 @@ def budget_stop(state: ResearchState, settings: ResearchSettings) -> StopReason 
     return None
 
 
-def after_search(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send | str]:
+async def after_search(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send | str]:
     """After a round: extraction for each sub-query that read something, beside reflection, when
     another round may follow. The last round (out of rounds, out of budget, nothing new) goes
     straight to the writer, which reads its passages itself: no LLM hop between the last search
@@ -80,7 +84,7 @@ def after_search(state: ResearchState, runtime: Runtime[ResearchSettings]) -> li
     return [*targets, "reflect"]
 
 
-def decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> dict:
+async def decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> dict:
     settings = settings_from(runtime.context, state.get("settings"))
     scope = settings.resolved()
     rnd = state.get("round", 1)
@@ -106,7 +110,7 @@ def decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> dict:
                              "round": nxt, "status": "pending"} for i, q in enumerate(follow, 1)]}
 
 
-def after_decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send] | str:
+async def after_decide(state: ResearchState, runtime: Runtime[ResearchSettings]) -> list[Send] | str:
     if state.get("stop_reason"):
         return "synthesize"
-    return fan_out(state, runtime)
+    return await fan_out(state, runtime)
