@@ -27,7 +27,7 @@ How the overhead bound is estimated: the critical path of one research is fixed 
 (rounds + 1) sequential LLM calls (plan, one extract/reflect step per round but the last, the report) plus a search
 and a page read per round; the benchmark checks that model against the instrument's logs on a lone
 warm run. The super-steps on that path are counted from the server's own checkpoints (one row per
-step of the parent graph, plus one sub-query pipeline per round). What is left after subtracting
+super-step; the sub-queries of a round run side by side in one). What is left after subtracting
 the injected latency is everything the agent itself spent: LangGraph scheduling and checkpointing,
 HTTP clients, JSON, page extraction, passage ranking, MCP progress relays, and waiting for a CPU
 shared with 100 researches, the client and the fake servers: an upper bound on LangGraph's cost.
@@ -233,9 +233,7 @@ def critical_injected_s(rounds: int, llm: float, search: float, page: float) -> 
 class Trace:
     """What the server's checkpoints say about one research."""
 
-    parent_steps: int = 0  # super-steps of the research graph
-    pipeline_steps: int = 0  # super-steps of one sub-query pipeline (the search subgraph)
-    all_steps: int = 0  # every super-step it ran, all pipelines included
+    steps: int = 0  # super-steps of the research graph
     start: float = 0.0  # epoch seconds of its first and last checkpoint: when it held a slot
     end: float = 0.0
 
@@ -248,30 +246,21 @@ def checkpoint_time(checkpoint_id: str) -> float:
 
 
 def read_traces(checkpoints_db: Path, research_ids: list[str]) -> dict[str, Trace]:
-    """Per research (thread id): step counts and run window, from the server's SQLite checkpoints,
-    where every super-step leaves one row and sub-query pipelines have their own namespaces."""
+    """Per research (thread id): step count and run window, from the server's SQLite checkpoints,
+    where every super-step leaves one row."""
     wanted = set(research_ids)
     traces: dict[str, Trace] = {}
-    rows: Counter[str] = Counter()
-    pipelines: Counter[tuple[str, str]] = Counter()
     con = sqlite3.connect(f"file:{checkpoints_db}?mode=ro", uri=True)
     try:
-        for thread, ns, cid in con.execute("SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints"):
+        for thread, cid in con.execute("SELECT thread_id, checkpoint_id FROM checkpoints"):
             if thread not in wanted:
-                continue
-            rows[thread] += 1
-            if ns:
-                pipelines[(thread, ns)] += 1
                 continue
             t = traces.setdefault(thread, Trace(start=math.inf, end=0.0))
             at = checkpoint_time(cid)
-            t.parent_steps += 1
+            t.steps += 1
             t.start, t.end = min(t.start, at), max(t.end, at)
     finally:
         con.close()
-    for thread, t in traces.items():
-        t.all_steps = rows[thread]
-        t.pipeline_steps = max((n for (th, _), n in pipelines.items() if th == thread), default=0)
     return traces
 
 
@@ -360,9 +349,8 @@ def analyse(opts, calls: list[Call], lone: Call, chain: dict, traces: dict[str, 
     running_peak = peak_overlap([(t.start, t.end) for rid, t in traces.items() if rid != lone.research_id])
 
     def critical_steps(c: Call) -> int:
-        # the parent graph's steps, plus one sub-query pipeline per round (they run side by side)
         t = traces.get(c.research_id or "")
-        return t.parent_steps + c.rounds * t.pipeline_steps if t else 0
+        return t.steps if t else 0
 
     def per_step_ms(c: Call) -> float | None:
         n = critical_steps(c)
@@ -377,7 +365,7 @@ def analyse(opts, calls: list[Call], lone: Call, chain: dict, traces: dict[str, 
 
     step_ms = [v for c in done if (v := per_step_ms(c)) is not None]
     fw_ms = [v for c in done if (v := framework_step_ms(c)) is not None]
-    total_steps = sum(traces[c.research_id].all_steps for c in done if c.research_id in traces)
+    total_steps = sum(traces[c.research_id].steps for c in done if c.research_id in traces)
     lone_model = critical_injected_s(lone.rounds, opts.llm_latency, opts.search_latency, opts.page_latency)
     peak_rss = max(after.get("VmHWM", 0), sampler.peak_rss)
     growth = peak_rss - baseline["VmRSS"]
@@ -454,7 +442,7 @@ def report(result: dict[str, Any]) -> None:
           f"{s['steps_per_research']} super-steps on a research's critical path")
     print(f"extraction workers' RSS after the load: {s.get('extract_workers_rss_mb')} MB (not in the figures above)")
     print(f"server CPU during the load: {s['server_cpu_s']} s = {s['cpu_ms_per_research']} ms per research, "
-          f"{s['cpu_ms_per_step']} ms per super-step (all steps, pipelines included)")
+          f"{s['cpu_ms_per_step']} ms per super-step")
     print(f"instrument saw {s['llm_calls_logged']} LLM calls (results report {s['llm_calls_reported']}) and "
           f"{s['searches_logged']} searches (results report {s['searches_reported']})")
     for f, n in s["failures"]:

@@ -16,7 +16,7 @@ from graph.nodes.decide import after_decide, after_search, decide, fan_out, gath
 from graph.nodes.extract import extract
 from graph.nodes.plan import plan
 from graph.nodes.reflect import reflect
-from graph.nodes.search import build_query_graph
+from graph.nodes.search import search
 from graph.nodes.synthesize import synthesize
 from graph.settings import ResearchSettings
 from graph.state import ResearchState
@@ -25,9 +25,9 @@ from graph.step_clock import timed
 
 def build_graph() -> StateGraph:
     g = StateGraph(ResearchState, context_schema=ResearchSettings)
-    # nodes are timed (graph/step_clock.py); the search subgraph times its own two nodes
+    # nodes are timed (graph/step_clock.py)
     g.add_node("plan", timed(plan))
-    g.add_node("search", build_query_graph())
+    g.add_node("search", timed(search))
     g.add_node("gather", timed(gather))
     g.add_node("extract", timed(extract))
     g.add_node("reflect", timed(reflect))

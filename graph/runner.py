@@ -115,13 +115,11 @@ class ResearchRun:
         token = self.clock.bind()
         try:
             async with asyncio.timeout(deadline):
-                # subgraphs=True: the per-sub-query pipelines emit "reading" progress too
-                async for ns, mode, chunk in graph.astream(inp, self.config, context=self.settings,
-                                                           stream_mode=["values", "custom"], subgraphs=True,
-                                                           **self._durability()):
+                async for mode, chunk in graph.astream(inp, self.config, context=self.settings,
+                                                       stream_mode=["values", "custom"], **self._durability()):
                     if mode == "custom":
                         await self._event(chunk)
-                    elif not ns:  # the parent graph's state, not a pipeline's
+                    else:
                         self.state = chunk
         except TimeoutError:
             return self.partial("time_budget", f"stopped after {deadline:.0f} s without finishing")

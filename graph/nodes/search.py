@@ -1,10 +1,13 @@
-"""search: one sub-query's pipeline, a small subgraph the fan-out sends each sub-query into.
+"""search: one sub-query's pipeline, the node the fan-out sends each sub-query into.
 
-web_search runs the provider tool; read_pages reads the best new pages as soon as this sub-query's
-own results are in (never waiting for slower sub-queries), ranks their passages against the
-sub-query with BM25, and returns sources and passages through the parent's reducers. Keeping the
-two steps as nodes shows them in Studio and checkpoints the search before the reading, so a resumed
-run does not pay for a search twice.
+It runs the provider tool, then reads the best new pages as soon as this sub-query's own results are
+in (never waiting for slower sub-queries), ranks their passages against the sub-query with BM25, and
+returns sources and passages through the parent's reducers.
+
+It is one node, not a subgraph of two: a subgraph costs its own Pregel loop and a checkpoint per
+inner step for each sub-query, which under load doubled the time between a research's steps. A run
+resumed after a crash re-runs only the sub-queries that had not finished, and a search they had
+already made is answered by the cache.
 """
 
 from __future__ import annotations
@@ -15,17 +18,12 @@ import time
 from collections import OrderedDict
 from typing import Annotated, Any
 
-from typing_extensions import TypedDict
-
-from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from graph.llm import elapsed_ms
 from graph.progress import emit
 from graph.settings import ResearchSettings, settings_from
-from graph.step_clock import timed
-from graph.state import (Passage, Source, Stats, SubQuery, add_stats, merge_sources,
-                         merge_sub_queries)
+from graph.state import Passage, QueryTask, Source, SubQuery, add_stats
 from tools.base import PageContent, SearchHit, SearchProvider, ToolError
 from tools.passages import rank_passages, split_passages
 
@@ -37,49 +35,34 @@ _inflight: dict[str, asyncio.Future] = {}
 _claims: OrderedDict[str, set[str]] = OrderedDict()  # run_key -> page keys a task has claimed
 
 
-class QueryState(TypedDict, total=False):
-    sub_query: SubQuery
-    known_keys: list[str]
-    room: int
-    run_key: str
-    hits: list[dict[str, Any]]
-    search_error: str | None
-    # written back to the parent graph
-    sub_queries: Annotated[list[SubQuery], merge_sub_queries]
-    sources: Annotated[list[Source], merge_sources]
-    passages: Annotated[list[Passage], lambda a, b: a + b]
-    stats: Annotated[Stats, add_stats]
-    warnings: Annotated[list[str], lambda a, b: a + b]
-
-
-class QueryOutput(TypedDict, total=False):
-    sub_queries: list[SubQuery]
-    sources: list[Source]
-    passages: list[Passage]
-    stats: Stats
-    warnings: list[str]
+def _ready_providers(settings: ResearchSettings) -> list[SearchProvider] | None:
+    """The run's providers when nothing has to be built (injected, or built before), else None."""
+    if settings._search_providers is not None:
+        return settings._search_providers
+    return _provider_cache.get((tuple(settings.providers), settings.corpus))
 
 
 def search_providers(settings: ResearchSettings) -> list[SearchProvider]:
     """Providers for this run: injected ones, else built once per provider set and corpus."""
-    if settings._search_providers is not None:
-        return settings._search_providers
-    key = (tuple(settings.providers), settings.corpus)
-    if key not in _provider_cache:
-        from tools.providers import build_providers
+    ready = _ready_providers(settings)
+    if ready is not None:
+        return ready
+    from tools.providers import build_providers
 
-        _provider_cache[key] = build_providers(settings.providers, corpus=settings.corpus)
-    return _provider_cache[key]
+    built = _provider_cache[(tuple(settings.providers), settings.corpus)] = build_providers(
+        settings.providers, corpus=settings.corpus)
+    return built
 
 
-async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> dict:
+async def web_search(sq: SubQuery, settings: ResearchSettings) -> dict:
+    """The provider tool's hits for one sub-query, as a partial update plus "hits" (or "search_error")."""
     t0 = time.perf_counter()
-    settings = settings_from(runtime.context)
-    sq = state["sub_query"]
     from tools.lc_tools import web_search_tool
 
-    # off the event loop: a first build reads files (the local provider indexes its corpus)
-    tool = web_search_tool(await asyncio.to_thread(search_providers, settings))
+    providers = _ready_providers(settings)
+    if providers is None:  # built off the loop: a first build reads files (the local corpus's index)
+        providers = await asyncio.to_thread(search_providers, settings)
+    tool = web_search_tool(providers)
     try:
         msg = await tool.ainvoke({"type": "tool_call", "id": sq["id"], "name": tool.name, "args": {
             "query": sq["query"], "max_results": settings.results_per_query,
@@ -91,8 +74,7 @@ async def web_search(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
                 "sub_queries": [{**sq, "status": "failed", "error": e.message}],
                 "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
     resp = msg.artifact
-    hits = [h.model_dump() for h in resp.results]
-    return {"hits": hits, "warnings": list(resp.warnings),
+    return {"hits": list(resp.results), "warnings": list(resp.warnings),
             "stats": {"searches": 1, "stage_ms": {"search": elapsed_ms(t0)}}}
 
 
@@ -175,18 +157,15 @@ async def read_best(hits: list[SearchHit], want: int, room: int, run_key: str,
     return done, errors, mine
 
 
-async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> dict:
+async def read_pages(task: QueryTask, hits: list[SearchHit], settings: ResearchSettings) -> dict:
+    """Read the best new pages among a sub-query's hits: its sources, passages and finished record."""
     t0 = time.perf_counter()
-    settings = settings_from(runtime.context)
-    sq = state["sub_query"]
-    if state.get("search_error"):  # web_search already reported the failure
-        return {}
+    sq = task["sub_query"]
     from tools.urls import dedup_key
 
-    known = set(state.get("known_keys", []))
+    known = set(task.get("known_keys", []))
     fresh: list[SearchHit] = []
-    for raw in state.get("hits", []):
-        hit = SearchHit.model_validate(raw)
+    for hit in hits:
         key = dedup_key(hit.url)
         if key not in known:
             known.add(key)
@@ -194,7 +173,7 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
     want = settings.resolved().pages_per_query
     emit("reading", f"Reading {min(want, len(fresh))} of {len(fresh)} new results for '{sq['query']}'",
          query_id=sq["id"], pages=min(want, len(fresh)))
-    read, errors, mine = await read_best(fresh, want, max(0, state.get("room", 0)), state.get("run_key", ""))
+    read, errors, mine = await read_best(fresh, want, max(0, task.get("room", 0)), task.get("run_key", ""))
 
     sources: list[Source] = []
     passages: list[Passage] = []
@@ -207,7 +186,7 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
         for i, score in rank_passages(sq["query"], chunks, PASSAGES_PER_PAGE):
             passages.append({"key": key, "query_id": sq["id"], "text": chunks[i], "score": round(score, 4)})
     warnings = [f"Could not read {len(errors)} page(s) for '{sq['query']}' (e.g. {errors[0]})"] if errors else []
-    done: SubQuery = {**sq, "status": "done", "hits": len(state.get("hits", [])),
+    done: SubQuery = {**sq, "status": "done", "hits": len(hits),
                       "new_sources": sum(s["key"] in mine for s in sources), "pages_read": len(sources),
                       "error": None}
     return {"sources": sources, "passages": passages, "sub_queries": [done], "warnings": warnings,
@@ -215,12 +194,13 @@ async def read_pages(state: QueryState, runtime: Runtime[ResearchSettings]) -> d
                       "stage_ms": {"read": elapsed_ms(t0)}}}
 
 
-def build_query_graph():
-    """The per-sub-query subgraph: web_search -> read_pages."""
-    g = StateGraph(QueryState, context_schema=ResearchSettings, output_schema=QueryOutput)
-    g.add_node("web_search", timed(web_search))
-    g.add_node("read_pages", timed(read_pages))
-    g.add_edge(START, "web_search")
-    g.add_edge("web_search", "read_pages")
-    g.add_edge("read_pages", END)
-    return g.compile(name="search")
+async def search(task: QueryTask, runtime: Runtime[ResearchSettings]) -> dict:
+    """One sub-query: web_search, then read_pages; a failed search ends it with a warning."""
+    settings = settings_from(runtime.context)
+    found = await web_search(task["sub_query"], settings)
+    hits, error = found.pop("hits"), found.pop("search_error", None)
+    if error:
+        return found
+    read = await read_pages(task, hits, settings)
+    return {**read, "warnings": found["warnings"] + read["warnings"],
+            "stats": add_stats(found["stats"], read["stats"])}
