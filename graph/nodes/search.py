@@ -16,7 +16,6 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from typing import Annotated, Any
 
 from langgraph.runtime import Runtime
 
