@@ -260,3 +260,45 @@ async def test_unknown_resource_is_a_clear_error():
     async with memory_server() as srv, Client(srv) as c:
         with pytest.raises(MCPError, match="no research 'nope'"):
             await c.read_resource("research://nope")
+
+
+def test_event_loop_choice(monkeypatch):
+    import sys
+
+    import uvloop
+
+    from graph.settings import SettingsError
+    from server import event_loop_factory
+
+    assert event_loop_factory("asyncio") is None
+    assert event_loop_factory("auto") is uvloop.new_event_loop
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed, as on Windows where it has no build
+    assert event_loop_factory("auto") is None
+    with pytest.raises(SettingsError, match="DEEP_RESEARCH_EVENT_LOOP=asyncio"):
+        event_loop_factory("uvloop")
+
+
+def test_an_unknown_event_loop_is_refused_with_the_choices(monkeypatch, capsys):
+    from server import main
+
+    monkeypatch.setenv("DEEP_RESEARCH_EVENT_LOOP", "trio")
+    assert main(["--transport", "http"]) == 2
+    err = capsys.readouterr().err
+    assert "event_loop" in err and "'uvloop'" in err and "'asyncio'" in err, err
+
+
+async def test_warm_up_freezes_the_heap_once_the_research_code_is_imported():
+    import gc
+
+    from graph.jobs import ServerSettings, open_jobs
+
+    jobs, stack = await open_jobs(ServerSettings(warm_up=False), prepare=OfflineModels())
+    try:
+        gc.unfreeze()
+        jobs.warm_up()
+        await jobs._imported
+        await asyncio.sleep(0)
+        assert gc.get_freeze_count() > 10_000  # the modules and the server, not a handful of objects
+    finally:
+        gc.unfreeze()
+        await stack.aclose()

@@ -75,12 +75,20 @@ async def test_stdio_end_to_end_and_resources_after_restart(llm, data_dir):
 
 
 @pytest.fixture(scope="module")
-def http_url(llm, data_dir, tmp_path_factory):
+def http_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("logs") / "http.log"
+
+
+@pytest.fixture(scope="module")
+def http_url(llm, data_dir, http_log):
     env = server_env(llm.base_url, data_dir, DEEP_RESEARCH_MCP_TOKEN=TOKEN)
-    log = tmp_path_factory.mktemp("logs") / "http.log"
-    with http_server(env, log=log) as (_, base):
+    with http_server(env, log=http_log) as (_, base):
         yield base + "/mcp"
-    assert TOKEN not in log.read_text()  # the token is never logged
+    assert TOKEN not in http_log.read_text()  # the token is never logged
+
+
+def test_http_server_runs_on_uvloop_by_default(http_url, http_log):
+    assert "(event loop: uvloop)" in http_log.read_text(), http_log.read_text()[-2000:]
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
