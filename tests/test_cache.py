@@ -71,3 +71,29 @@ async def test_unreadable_file_degrades_to_a_miss(tmp_path):
     cache = Cache(path)
     assert await cache.get("ns", {"a": 1}) is None
     await cache.set("ns", {"a": 1}, 1)  # logged, not raised
+
+
+async def test_a_write_lock_held_by_another_process_sends_the_call_to_a_thread(tmp_path):
+    """Inline calls never wait for a lock: while another connection holds the write lock the loop
+    keeps running, the write lands once the lock is released, and reads are answered throughout."""
+    import sqlite3
+
+    path = tmp_path / "c.sqlite3"
+    cache = Cache(path)
+    await cache.set("ns", {"k": "before"}, 1)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # what a writer in another process holds
+    try:
+        write = asyncio.ensure_future(cache.set("ns", {"k": "during"}, 2))
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        for _ in range(20):  # the loop is free while the write waits in its thread
+            await asyncio.sleep(0.01)
+        assert not write.done()
+        assert loop.time() - t0 < 5  # not stalled by a busy wait on the loop (the patient one waits 10 s)
+        assert await cache.get("ns", {"k": "before"}) == 1  # WAL readers are not blocked by a writer
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    await asyncio.wait_for(write, 5)
+    assert await cache.get("ns", {"k": "during"}) == 2
