@@ -294,7 +294,7 @@ async def run(opts: argparse.Namespace) -> dict[str, Any]:
         env.update({"DEEP_RESEARCH_DATA_DIR": str(folder / "data"),
                     "DEEP_RESEARCH_MAX_CONCURRENT_RESEARCHES": str(opts.max_running),
                     "DEEP_RESEARCH_QUEUE_SIZE": str(opts.queue_size),
-                    "DEEP_RESEARCH_CPU_TARGET": str(opts.cpu_target),
+                    **({"DEEP_RESEARCH_CPU_TARGET": str(opts.cpu_target)} if opts.cpu_target is not None else {}),
                     **({"DEEP_RESEARCH_EXTRACT_PROCESSES": str(opts.extract_processes)}
                        if opts.extract_processes is not None else {}),
                     "DEEP_RESEARCH_RATE_LIMIT_CALLS": "0",  # one client address sends every call here
@@ -422,7 +422,7 @@ def report(result: dict[str, Any]) -> None:
     s = result["summary"]
     lat = s["latencies_s"]
     print(f"\n{s['researches']} deep_research calls ({s['depth']}), {s['concurrency']} at once, server cap "
-          f"{s['max_running']} running + {s['queue_size']} queued in {s['workers']} worker(s), CPU target {s['cpu_target']}, extraction "
+          f"{s['max_running']} running + {s['queue_size']} queued in {s['workers']} worker(s), CPU target {s['cpu_target'] or 'default'}, extraction "
           f"processes {'server default' if s['extract_processes'] is None else s['extract_processes']}; injected latency {lat['llm']} s per LLM call, "
           f"{lat['search']} s per search, {lat['page']} s per page; search pace {s['search_rate_per_s']:g}/s, "
           f"TCP_NODELAY fakes: {'yes' if s['tcp_nodelay'] else 'no'}")
@@ -467,9 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stateless", action="store_true", help="run the server with --stateless")
     ap.add_argument("--workers", type=int, default=1,
                     help="server worker processes on the port (implies --stateless; the cap and queue are split)")
-    ap.add_argument("--cpu-target", type=float, default=1.0,
+    ap.add_argument("--cpu-target", type=float,
                     help="DEEP_RESEARCH_CPU_TARGET: share of one core above which queued researches wait "
-                         "(default 1: off, the product default; e.g. 0.5 for quick steps under overload)")
+                         "(default: the server's, 0.8; 1 turns the gate off)")
     ap.add_argument("--extract-processes", type=int,
                     help="DEEP_RESEARCH_EXTRACT_PROCESSES (default: the HTTP server's, one per core up to 4)")
     ap.add_argument("--search-rate", type=float, default=10_000,

@@ -47,10 +47,10 @@ class ServerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DEEP_RESEARCH_", extra="ignore", populate_by_name=True)
 
     max_concurrent_researches: int = Field(2, ge=1, le=64, description="Researches running at once, at most.")
-    cpu_target: float = Field(1.0, gt=0, le=1, description=(
+    cpu_target: float = Field(0.8, gt=0, le=1, description=(
         "Below the cap, a queued research starts only while this process uses less than this share of "
-        "one CPU core (its event loop is one thread). Lower keeps each running research's steps quick "
-        "and the server responsive under overload, at some throughput; 1 (the default) turns it off."))
+        "one CPU core (its event loop is one thread). It keeps each running research's steps quick and "
+        "the server responsive under overload, at some throughput; 1 turns it off."))
     queue_size: int = Field(8, ge=0, le=1000, description="Researches waiting for a slot; more are refused.")
     rate_limit_calls: int = Field(20, ge=0, description="Researches a client may start per window; 0 = no limit.")
     rate_limit_window_s: float = Field(600.0, gt=0)
