@@ -15,8 +15,8 @@ progress. The rest waits in the queue, where a client sees "queued".
 
 The default target is 0.8: keep the loop at most 80 % busy, the usual margin before queueing delay
 grows without bound. Under the load benchmark (100 calls, 50 slots, one process on a 2-core machine)
-it holds about 18 researches running, and the time between steps drops from 11-27 ms to about 4 ms;
-throughput falls from about 200 to 150-165 researches a minute, p50 from 17 s to 20-22 s. Its
+it holds about 18 researches running, and the time between steps drops from 9-25 ms to 3.4-4.1 ms;
+throughput falls from about 200 to 146-174 researches a minute, p50 from 16-18 s to 20-25 s. Its
 estimate of a research's share counts the server's other work too (clients waiting on queued calls),
 so it holds back a little more than it must. 1 turns it off; lower values keep steps quicker still.
 """
