@@ -532,6 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     import mcp.server.mcpserver.server as sdk
 
     sdk.configure_logging = lambda *a, **k: None
+    from graph.settings import SettingsError
+
+    try:  # before any worker starts: each would fail on it the same way
+        loop_factory = event_loop_factory(config.event_loop)
+    except SettingsError as e:
+        print(f"deep-research-mcp: {e}", file=sys.stderr)
+        return 2
     if args.workers != 1:
         problem = _workers_problem(args)
         if problem:
@@ -543,14 +550,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.transport == "http":
         os.environ.setdefault("DEEP_RESEARCH_EXTRACT_PROCESSES", str(_extract_processes(1)))
     runner = _serve_http(args, config, tokens, auto) if args.transport == "http" else _serve_stdio(config, auto)
-    from graph.settings import SettingsError
-
-    try:
-        loop_factory = event_loop_factory(config.event_loop)
-    except SettingsError as e:
-        runner.close()
-        print(f"deep-research-mcp: {e}", file=sys.stderr)
-        return 2
     try:
         with asyncio.Runner(loop_factory=loop_factory) as r:
             return r.run(runner)

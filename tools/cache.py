@@ -56,7 +56,6 @@ class _Conn:
                                    isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             conn.executescript(_SCHEMA)
             self._conn = conn
         return self._conn
