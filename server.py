@@ -646,9 +646,9 @@ async def _serve_http(args: argparse.Namespace, config: ServerSettings, tokens: 
 
     uv = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
                                timeout_graceful_shutdown=int(config.shutdown_grace_s) + 2, lifespan="on"))
-    loop = "uvloop" if type(asyncio.get_running_loop()).__module__.startswith("uvloop") else "asyncio"
+    loop_name = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
     log.info("serving MCP on http://%s:%d/mcp%s (event loop: %s)", args.host, args.port,
-             " (token required)" if tokens else "", loop)
+             " (token required)" if tokens else "", loop_name)
     if args.reuse_port:
         asyncio.ensure_future(_stop_with_supervisor(os.getppid()))
     await uv.serve(sockets=[_listen(args.host, args.port, reuse_port=True)] if args.reuse_port else None)
